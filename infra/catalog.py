@@ -1,0 +1,222 @@
+"""The catalog: instance facts and prices, loaded from ``infra/data/catalog.yaml``.
+
+Every number the project uses (infra estimates, policies, guardrail burn rates, the TCO
+advisor) comes from here, so a price change is one edit in one data file.
+
+    >>> from infra.catalog import load_catalog
+    >>> cat = load_catalog()
+    >>> cat.instance("p5.48xlarge").efa_interfaces.value
+    32
+    >>> cat.on_demand_price("p5.48xlarge", "us-east-1")
+    55.04
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+CATALOG_PATH = Path(__file__).parent / "data" / "catalog.yaml"
+
+
+class CatalogError(ValueError):
+    """The catalog file is missing, malformed, or lacks a figure someone asked for."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Figure(_Strict):
+    """One number with its provenance."""
+
+    value: float
+    as_of: str
+    source: str
+    unverified: bool = False
+
+
+class IntFigure(_Strict):
+    value: int
+    as_of: str
+    source: str
+    unverified: bool = False
+
+
+class Accelerator(_Strict):
+    kind: Literal["nvidia", "neuron"]
+    model: str
+    count: int = Field(gt=0)
+    memory_gib: int = Field(gt=0)
+
+
+class InstanceType(_Strict):
+    family: str
+    accelerator: Accelerator
+    vcpus: int
+    memory_gib: int
+    network_cards: int
+    efa_interfaces: IntFigure
+    power_kw: Figure
+    on_demand_usd_per_hour: dict[str, Figure]
+    capacity_block_usd_per_hour: dict[str, Figure] = {}
+
+    @property
+    def efa_supported(self) -> bool:
+        return self.efa_interfaces.value > 0
+
+
+class EgressTier(_Strict):
+    up_to_gb: float | None
+    usd_per_gb: Figure
+
+
+class DataTransfer(_Strict):
+    internet_out_tiers: list[EgressTier]
+    direct_connect_out_usd_per_gb: Figure
+    cross_az_usd_per_gb: Figure
+
+
+class NatGateway(_Strict):
+    usd_per_hour: Figure
+    usd_per_gb: Figure
+
+
+class Catalog(_Strict):
+    schema_: int = Field(alias="schema")
+    currency: Literal["USD"]
+    hours_per_month: float
+    sources: dict[str, str]
+    instances: dict[str, InstanceType]
+    spot_fraction_of_on_demand: Figure
+    ami_ssm_parameters: dict[Literal["nvidia", "neuron"], str]
+    fsx_lustre_usd_per_gb_month: dict[str, dict[str, Figure]]
+    direct_connect_port_usd_per_hour: dict[str, Figure]
+    data_transfer: DataTransfer
+    nat_gateway: NatGateway
+    vpc_interface_endpoint_usd_per_hour: Figure
+    ebs_gp3_usd_per_gb_month: Figure
+
+    # -- lookups --------------------------------------------------------------------------
+    def instance(self, instance_type: str) -> InstanceType:
+        try:
+            return self.instances[instance_type]
+        except KeyError:
+            raise CatalogError(
+                f"instance type {instance_type!r} is not in the catalog; known: "
+                f"{', '.join(sorted(self.instances))}"
+            ) from None
+
+    def on_demand_price(self, instance_type: str, region: str) -> float:
+        prices = self.instance(instance_type).on_demand_usd_per_hour
+        if region not in prices:
+            raise CatalogError(
+                f"no on-demand price for {instance_type} in {region}; catalog has "
+                f"{', '.join(sorted(prices))}"
+            )
+        return prices[region].value
+
+    def capacity_block_price(self, instance_type: str, region: str) -> float:
+        prices = self.instance(instance_type).capacity_block_usd_per_hour
+        if region not in prices:
+            raise CatalogError(
+                f"no Capacity Block price for {instance_type} in {region}; catalog has "
+                f"{', '.join(sorted(prices)) or 'none'}"
+            )
+        return prices[region].value
+
+    def spot_estimate(self, instance_type: str, region: str) -> float:
+        """Offline spot estimate; the guardrails use the live spot price history instead."""
+        return self.on_demand_price(instance_type, region) * self.spot_fraction_of_on_demand.value
+
+    def hourly_price(self, instance_type: str, region: str, market: str) -> float:
+        """$/h for one node by capacity model (a reservation bills at the on-demand rate)."""
+        if market == "spot":
+            return self.spot_estimate(instance_type, region)
+        if market == "capacity-block":
+            return self.capacity_block_price(instance_type, region)
+        if market in ("on-demand", "capacity-reservation"):
+            return self.on_demand_price(instance_type, region)
+        raise CatalogError(f"unknown market {market!r}")
+
+    def lustre_price(self, deployment_type: str, throughput: int | None) -> float:
+        tiers = self.fsx_lustre_usd_per_gb_month.get(deployment_type)
+        key = str(throughput or 0)
+        if tiers is None or key not in tiers:
+            raise CatalogError(
+                f"no FSx for Lustre price for {deployment_type} at {throughput} MB/s/TiB"
+            )
+        return tiers[key].value
+
+    def dx_port_price(self, bandwidth: str) -> float:
+        try:
+            return self.direct_connect_port_usd_per_hour[bandwidth].value
+        except KeyError:
+            raise CatalogError(
+                f"no Direct Connect port price for {bandwidth}; known: "
+                f"{', '.join(self.direct_connect_port_usd_per_hour)}"
+            ) from None
+
+    def internet_egress_cost(self, gb: float, already_gb: float = 0.0) -> float:
+        """Cost of ``gb`` more internet egress this month, after ``already_gb`` were sent.
+
+        The tiers are cumulative per month, so the same GB costs less late in a busy month.
+        """
+        if gb < 0 or already_gb < 0:
+            raise ValueError("egress volume cannot be negative")
+        cost, lower = 0.0, 0.0
+        start, end = already_gb, already_gb + gb
+        for tier in self.data_transfer.internet_out_tiers:
+            upper = math.inf if tier.up_to_gb is None else tier.up_to_gb
+            overlap = max(0.0, min(end, upper) - max(start, lower))
+            cost += overlap * tier.usd_per_gb.value
+            lower = upper
+        return cost
+
+    def unverified_figures(self) -> list[str]:
+        """Dotted paths of every figure marked unverified, for reports and reviews."""
+        found: list[str] = []
+
+        def walk(node: object, path: str) -> None:
+            if isinstance(node, Figure | IntFigure):
+                if node.unverified:
+                    found.append(path)
+            elif isinstance(node, BaseModel):
+                for name in type(node).model_fields:
+                    walk(getattr(node, name), f"{path}.{name}" if path else name)
+            elif isinstance(node, dict):
+                for k, v in node.items():
+                    walk(v, f"{path}.{k}")
+            elif isinstance(node, list):
+                for i, v in enumerate(node):
+                    walk(v, f"{path}[{i}]")
+
+        walk(self, "")
+        return found
+
+
+def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogError(f"{origin}: not valid YAML ({exc})") from None
+    try:
+        return Catalog.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = ".".join(str(p) for p in err["loc"])
+        raise CatalogError(f"{origin}: {loc}: {err['msg']}") from None
+
+
+@functools.cache
+def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CatalogError(f"cannot read catalog {path}: {exc.strerror}") from None
+    return parse_catalog(text, str(path))

@@ -1,0 +1,419 @@
+"""Typed stack configuration, read from Pulumi stack config (namespace ``coreburst``).
+
+Every key of ``Pulumi.<stack>.yaml`` under ``coreburst:`` maps to a field below (camelCase in
+YAML). Validation happens before any resource is declared; a bad value raises
+:class:`StackConfigError` whose message names the key, the value and what is allowed.
+
+    >>> cfg = StackConfig.model_validate({
+    ...     "region": "us-east-1", "availabilityZone": "us-east-1a",
+    ...     "tags": {"team": "ml", "project": "llm", "costCenter": "cc-1", "environment": "dev"},
+    ...     "budget": {"monthlyUsd": 80000},
+    ...     "clusters": [{"name": "train", "instanceType": "p5.48xlarge", "nodes": 2,
+    ...                   "capacity": {"model": "spot"}}],
+    ... })
+    >>> cfg.clusters[0].placement_group
+    True
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from infra.catalog import Catalog, load_catalog
+
+CAPACITY_BLOCK_MAX_INSTANCES = 64
+PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
+# EFA-enabled file systems grow in these steps per throughput tier (GiB).
+EFA_LUSTRE_INCREMENT_GIB = {125: 38_400, 250: 19_200, 500: 9_600, 1000: 4_800}
+METADATA_IOPS_SMALL = (1500, 3000, 6000, 12000)
+DX_DEDICATED_BANDWIDTHS = ("1Gbps", "10Gbps", "100Gbps", "400Gbps")
+MAX_DRAS = 8
+
+
+class StackConfigError(ValueError):
+    """Invalid stack configuration; the message is one line meant for the user."""
+
+
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError:
+        raise ValueError(f"{value!r} is not a CIDR block (expected e.g. 10.0.0.0/16)") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
+def _asn_private_or_public(value: int) -> int:
+    if not 1 <= value <= 4_294_967_294:
+        raise ValueError(f"{value} is not a valid BGP ASN (1-4294967294)")
+    return value
+
+
+def _amazon_side_asn(value: int) -> int:
+    if not (64_512 <= value <= 65_534 or 4_200_000_000 <= value <= 4_294_967_294):
+        raise ValueError(
+            f"{value} is out of range: the Amazon-side ASN must be 64512-65534 or "
+            "4200000000-4294967294"
+        )
+    return value
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class CostTags(_Model):
+    team: str = Field(min_length=1)
+    project: str = Field(min_length=1)
+    cost_center: str = Field(min_length=1)
+    environment: Literal["dev", "staging", "prod"]
+
+    def as_aws_tags(self) -> dict[str, str]:
+        return {
+            "team": self.team,
+            "project": self.project,
+            "cost-center": self.cost_center,
+            "environment": self.environment,
+        }
+
+
+class Capacity(_Model):
+    model: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]
+    reservation_id: str | None = None
+    # The AZ the reservation/block lives in, when the config states it: it must match the
+    # cluster's AZ, or every launch fails.
+    availability_zone: str | None = None
+    # Capacity Blocks hold at most 64 instances; a reservation's size is given here when known.
+    reserved_count: int | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _reservation_id(self) -> Capacity:
+        needs_id = self.model in ("capacity-reservation", "capacity-block")
+        if needs_id and not self.reservation_id:
+            raise ValueError(f"capacity model {self.model!r} needs reservationId (cr-...)")
+        if not needs_id and self.reservation_id:
+            raise ValueError(
+                f"reservationId is only valid with capacity-reservation or capacity-block, "
+                f"not {self.model!r}"
+            )
+        if self.reservation_id and not re.fullmatch(r"cr-[0-9a-f]{8,17}", self.reservation_id):
+            raise ValueError(
+                f"reservationId {self.reservation_id!r} is not a capacity reservation id "
+                "(cr- followed by 8-17 hex digits)"
+            )
+        return self
+
+    @property
+    def self_bought(self) -> bool:
+        """On-demand or spot capacity that EC2 places for us (placement groups allowed)."""
+        return self.model in ("on-demand", "spot")
+
+
+class Cluster(_Model):
+    name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
+    instance_type: str
+    nodes: int = Field(ge=0, le=1000)
+    capacity: Capacity
+    # None = decide from the capacity model (yes for self-bought capacity, never otherwise).
+    placement_group: bool | None = None
+    efa: bool = True
+    ami_ssm_parameter: str | None = None
+    root_volume_gib: int = Field(default=512, ge=100, le=16_384)
+    ssm_access: bool = True
+
+    @model_validator(mode="after")
+    def _placement(self) -> Cluster:
+        if self.placement_group and not self.capacity.self_bought:
+            raise ValueError(
+                f"placementGroup: true cannot be combined with a {self.capacity.model}: "
+                "launches into AWS-placed capacity fail with a placement group; remove it"
+            )
+        if self.placement_group is None:
+            object.__setattr__(self, "placement_group", self.capacity.self_bought)
+        if self.capacity.model == "capacity-block" and self.nodes > CAPACITY_BLOCK_MAX_INSTANCES:
+            raise ValueError(
+                f"nodes {self.nodes} exceeds what a Capacity Block holds "
+                f"(at most {CAPACITY_BLOCK_MAX_INSTANCES})"
+            )
+        reserved = self.capacity.reserved_count
+        if reserved is not None and self.nodes > reserved:
+            raise ValueError(f"nodes {self.nodes} exceeds the reserved count {reserved}")
+        return self
+
+
+class Metadata(_Model):
+    mode: Literal["AUTOMATIC", "USER_PROVISIONED"] = "AUTOMATIC"
+    iops: int | None = None
+
+    @model_validator(mode="after")
+    def _iops(self) -> Metadata:
+        if self.mode == "AUTOMATIC":
+            if self.iops is not None:
+                raise ValueError("iops is only allowed with mode USER_PROVISIONED")
+            return self
+        iops = self.iops
+        ok = iops is not None and (
+            iops in METADATA_IOPS_SMALL or (iops % 12_000 == 0 and 12_000 <= iops <= 192_000)
+        )
+        if not ok:
+            raise ValueError(
+                f"iops {iops} is not allowed: use 1500, 3000, 6000, 12000 or a multiple of "
+                "12000 up to 192000"
+            )
+        return self
+
+
+class DataRepositoryAssociation(_Model):
+    file_system_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*$")]
+    # s3://bucket/prefix, or "checkpoints" for the stack's own checkpoint bucket.
+    data_repository_path: str
+    events: list[Literal["NEW", "CHANGED", "DELETED"]] = ["NEW", "CHANGED", "DELETED"]
+    export: bool = True
+
+    @field_validator("data_repository_path")
+    @classmethod
+    def _s3(cls, value: str) -> str:
+        if value != "checkpoints" and not re.fullmatch(
+            r"s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?", value
+        ):
+            raise ValueError(
+                f"{value!r} is not an S3 path: use s3://bucket/prefix or 'checkpoints'"
+            )
+        return value
+
+    @property
+    def bucket(self) -> str:
+        if self.data_repository_path == "checkpoints":
+            return "checkpoints"
+        return self.data_repository_path.removeprefix("s3://").split("/", 1)[0]
+
+
+class Lustre(_Model):
+    storage_capacity_gib: int = Field(gt=0)
+    deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = "PERSISTENT_2"
+    per_unit_storage_throughput: int | None = None
+    efa_enabled: bool = False
+    metadata: Metadata | None = None
+    data_repository_associations: list[DataRepositoryAssociation] = []
+
+    @model_validator(mode="after")
+    def _rules(self) -> Lustre:
+        tput = self.per_unit_storage_throughput
+        cap = self.storage_capacity_gib
+        if self.deployment_type == "PERSISTENT_2":
+            if tput not in PERSISTENT_2_THROUGHPUTS:
+                raise ValueError(
+                    f"perUnitStorageThroughput {tput} is not allowed for PERSISTENT_2: "
+                    f"use one of {', '.join(map(str, PERSISTENT_2_THROUGHPUTS))} MB/s/TiB"
+                )
+            if self.metadata is None:
+                object.__setattr__(self, "metadata", Metadata())
+        else:
+            if tput is not None:
+                raise ValueError("perUnitStorageThroughput is only set for PERSISTENT_2")
+            if self.metadata is not None or self.efa_enabled:
+                raise ValueError("metadata and efaEnabled need deploymentType PERSISTENT_2")
+            if self.data_repository_associations:
+                raise ValueError("dataRepositoryAssociations need deploymentType PERSISTENT_2")
+        if self.efa_enabled:
+            assert tput is not None
+            step = EFA_LUSTRE_INCREMENT_GIB[tput]
+            if cap % step:
+                raise ValueError(
+                    f"storageCapacityGib {cap} is not valid for an EFA-enabled file system at "
+                    f"{tput} MB/s/TiB: use a multiple of {step}"
+                )
+        elif not (cap == 1200 or cap % 2400 == 0):
+            raise ValueError(
+                f"storageCapacityGib {cap} is not valid for {self.deployment_type}: "
+                "use 1200 or a multiple of 2400"
+            )
+        self._check_dras()
+        return self
+
+    def _check_dras(self) -> None:
+        dras = self.data_repository_associations
+        if len(dras) > MAX_DRAS:
+            raise ValueError(f"{len(dras)} data repository associations; at most {MAX_DRAS}")
+        buckets = [d.bucket for d in dras]
+        for bucket in set(buckets):
+            if buckets.count(bucket) > 1:
+                raise ValueError(f"bucket {bucket!r} is linked more than once; link it once")
+        paths = [d.file_system_path.rstrip("/") + "/" for d in dras]
+        for i, a in enumerate(paths):
+            for b in paths[i + 1 :]:
+                if a.startswith(b) or b.startswith(a):
+                    raise ValueError(
+                        f"fileSystemPath {a.rstrip('/')} overlaps {b.rstrip('/')}; "
+                        "DRA paths must not nest"
+                    )
+
+
+class DxConnection(_Model):
+    location: str = Field(min_length=3)
+    bandwidth: Literal["1Gbps", "10Gbps", "100Gbps", "400Gbps"]
+    vlan: int = Field(ge=1, le=4094)
+
+
+class HybridLink(_Model):
+    connections: list[DxConnection] = Field(min_length=1)
+    customer_asn: Annotated[int, AfterValidator(_asn_private_or_public)]
+    amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] = 64_512
+    on_prem_prefixes: list[Cidr] = Field(min_length=1)
+    vif_type: Literal["private", "transit"] = "private"
+    mtu: int | None = None
+    macsec: bool = False
+    # Replacing the gateway association cuts traffic to the data centre: protect it unless
+    # the operator opts out deliberately.
+    protect_association: bool = True
+
+    @model_validator(mode="after")
+    def _rules(self) -> HybridLink:
+        locations = [c.location for c in self.connections]
+        if len(set(locations)) != len(locations):
+            raise ValueError(
+                "connections repeat a location; redundancy needs one connection at each of "
+                "two locations"
+            )
+        allowed_mtu = (1500, 8500) if self.vif_type == "transit" else (1500, 9001)
+        if self.mtu is not None and self.mtu not in allowed_mtu:
+            raise ValueError(
+                f"mtu {self.mtu} is not allowed for a {self.vif_type} VIF: use "
+                f"{' or '.join(map(str, allowed_mtu))}"
+            )
+        return self
+
+    @property
+    def redundant(self) -> bool:
+        return len(self.connections) >= 2
+
+
+class Vpc(_Model):
+    cidr: Cidr = "10.64.0.0/16"
+    private_subnet_cidr: Cidr = "10.64.0.0/18"
+    public_subnet_cidr: Cidr = "10.64.192.0/24"
+    nat_gateway: bool = True
+    # SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics
+    # without a NAT path.
+    interface_endpoints: bool = False
+
+    @model_validator(mode="after")
+    def _inside(self) -> Vpc:
+        vpc = ipaddress.ip_network(self.cidr)
+        for key, sub in (
+            ("privateSubnetCidr", self.private_subnet_cidr),
+            ("publicSubnetCidr", self.public_subnet_cidr),
+        ):
+            if not ipaddress.ip_network(sub).subnet_of(vpc):  # type: ignore[arg-type]
+                raise ValueError(f"{key} {sub} is not inside the VPC CIDR {self.cidr}")
+        return self
+
+
+class Budget(_Model):
+    monthly_usd: float = Field(gt=0)
+    thresholds_percent: list[Annotated[float, Field(gt=0, le=1000)]] = [50, 80, 100]
+    notify_emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")]] = []
+
+
+class CheckpointStore(_Model):
+    noncurrent_version_days: int = Field(default=30, ge=1)
+    expire_after_days: int | None = Field(default=None, ge=1)
+
+
+class StackConfig(_Model):
+    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+    availability_zone: str
+    vpc: Vpc = Vpc()
+    clusters: list[Cluster] = Field(min_length=1)
+    lustre: Lustre | None = None
+    hybrid_link: HybridLink | None = None
+    tags: CostTags
+    budget: Budget
+    checkpoints: CheckpointStore = CheckpointStore()
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> StackConfig:
+        if not self.availability_zone.startswith(self.region):
+            raise ValueError(
+                f"availabilityZone {self.availability_zone!r} is not in region {self.region}"
+            )
+        names = [c.name for c in self.clusters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"cluster names repeat: {names}; each cluster needs its own name")
+        for i, c in enumerate(self.clusters):
+            az = c.capacity.availability_zone
+            if az is not None and az != self.availability_zone:
+                raise ValueError(
+                    f"clusters[{i}].capacity.availabilityZone {az!r} differs from the stack's "
+                    f"availabilityZone {self.availability_zone!r}: instances must launch in the "
+                    "reservation's AZ"
+                )
+        if self.hybrid_link:
+            vpc = ipaddress.ip_network(self.vpc.cidr)
+            for p in self.hybrid_link.on_prem_prefixes:
+                if ipaddress.ip_network(p).overlaps(vpc):
+                    raise ValueError(
+                        f"hybridLink.onPremPrefixes {p} overlaps the VPC CIDR {self.vpc.cidr}"
+                    )
+        return self
+
+    def check_against_catalog(self, catalog: Catalog) -> None:
+        """Rules that need instance facts; raises StackConfigError."""
+        for i, c in enumerate(self.clusters):
+            key = f"clusters[{i}].instanceType"
+            if c.instance_type not in catalog.instances:
+                raise StackConfigError(
+                    f"{key}: {c.instance_type!r} is not in the catalog; allowed: "
+                    f"{', '.join(sorted(catalog.instances))}"
+                )
+            facts = catalog.instances[c.instance_type]
+            if c.efa and not facts.efa_supported:
+                raise StackConfigError(
+                    f"clusters[{i}].efa: {c.instance_type} has no EFA support; set efa: false"
+                )
+            try:
+                catalog.hourly_price(c.instance_type, self.region, c.capacity.model)
+            except ValueError as exc:
+                raise StackConfigError(f"{key}: {exc}") from None
+
+
+def _format_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ""
+    for part in err["loc"]:
+        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key; check the spelling against the documented keys"
+    elif err["type"].startswith("literal_error") or err["type"] in ("enum",):
+        msg = f"{err['input']!r} is not allowed: {msg}"
+    elif "input" in err and err["type"] not in ("value_error", "assertion_error", "missing"):
+        msg = f"{err['input']!r}: {msg}"
+    where = f"coreburst:{loc}" if loc else "coreburst"
+    return f"{where}: {msg}"
+
+
+def parse_stack_config(raw: dict[str, Any], catalog: Catalog | None = None) -> StackConfig:
+    """Validate a plain mapping (Pulumi config namespace ``coreburst``) into a StackConfig."""
+    try:
+        cfg = StackConfig.model_validate(raw)
+    except ValidationError as exc:
+        raise StackConfigError(_format_error(exc)) from None
+    cfg.check_against_catalog(catalog or load_catalog())
+    return cfg

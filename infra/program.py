@@ -1,0 +1,136 @@
+"""The Pulumi program: read and validate stack config, then declare the burst side.
+
+``pulumi up`` runs it through ``infra/__main__.py``; tests and ``coreburst plan`` run it
+in-process under Pulumi's mocks.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.catalog import load_catalog
+from infra.components.budget import Budget, BudgetArgs
+from infra.components.checkpoint_store import CheckpointStore
+from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs
+from infra.components.hybrid_link import HybridLink, HybridLinkArgs
+from infra.components.lustre import Lustre, LustreArgs
+from infra.components.network import Network, NetworkArgs
+from infra.config import StackConfig, StackConfigError, parse_stack_config
+from infra.cost import estimate_stack, totals
+
+NAMESPACE = "coreburst"
+# Applied to every resource: the budget filters on it, and the guardrails' IAM policy only
+# allows writes on resources that carry it.
+STACK_TAG_KEY = "coreburst-stack"
+
+
+def read_stack_config() -> dict[str, Any]:
+    """Every ``coreburst:*`` key of the current stack, decoded (structured values are JSON),
+    plus the region from ``aws:region``."""
+    from pulumi.runtime import config as runtime_config
+
+    raw: dict[str, Any] = {}
+    merged = {**runtime_config.get_config_env(), **runtime_config.CONFIG.get()}
+    for full_key, value in merged.items():
+        ns, _, key = full_key.partition(":")
+        if ns == NAMESPACE and key:
+            try:
+                raw[key] = json.loads(value) if isinstance(value, str) else value
+            except json.JSONDecodeError:
+                raw[key] = value
+    region = pulumi.Config("aws").get("region")
+    if region and "region" not in raw:
+        raw["region"] = region
+    return raw
+
+
+def build(cfg: StackConfig, stack: str) -> dict[str, pulumi.Output[Any] | Any]:
+    """Declare every resource of the stack; returns the stack outputs."""
+    catalog = load_catalog()
+    tags = {**cfg.tags.as_aws_tags(), STACK_TAG_KEY: stack}
+    provider = aws.Provider("aws", region=cfg.region, default_tags={"tags": tags})
+    opts = pulumi.ResourceOptions(provider=provider)
+
+    network = Network("net", NetworkArgs(cfg.region, cfg.availability_zone, cfg.vpc), opts=opts)
+    store = CheckpointStore("checkpoints", cfg.checkpoints, opts=opts)
+
+    lustre = None
+    if cfg.lustre:
+        # EFA-enabled Lustre joins the cluster's EFA group (all traffic, self-referencing).
+        sgs: list[pulumi.Input[str]] = [network.lustre_sg.id]
+        if cfg.lustre.efa_enabled:
+            sgs.append(network.efa_sg.id)
+        lustre = Lustre(
+            "lustre",
+            LustreArgs(cfg.lustre, network.private_subnet.id, sgs, store.bucket.bucket),
+            opts=opts,
+        )
+
+    clusters = []
+    for c in cfg.clusters:
+        clusters.append(
+            GpuCluster(
+                c.name,
+                GpuClusterArgs(
+                    cluster=c,
+                    catalog=catalog,
+                    subnet_id=network.private_subnet.id,
+                    security_group_ids=[network.efa_sg.id, network.node_sg.id],
+                    checkpoint_bucket_arn=store.bucket.arn,
+                    # Default tags don't reach instances an ASG launches: tag them explicitly,
+                    # so guardrails see owners and costs land on the right team.
+                    instance_tags={**tags, "coreburst-cluster": c.name},
+                    lustre_dns=lustre.file_system.dns_name if lustre else None,
+                    lustre_mount_name=lustre.file_system.mount_name if lustre else None,
+                ),
+                opts=opts,
+            )
+        )
+
+    link = None
+    if cfg.hybrid_link:
+        link = HybridLink(
+            "link",
+            HybridLinkArgs(
+                cfg.hybrid_link,
+                network.vpc.id,
+                cfg.vpc.cidr,
+                network.private_subnet.id,
+                network.private_route_table.id,
+            ),
+            opts=opts,
+        )
+    Budget("budget", BudgetArgs(cfg.budget, STACK_TAG_KEY, stack), opts=opts)
+
+    hourly, monthly = totals(estimate_stack(cfg, catalog))
+    outputs: dict[str, pulumi.Output[Any] | Any] = {
+        "asgNames": {c.name: k.asg.name for c, k in zip(cfg.clusters, clusters, strict=True)},
+        "launchTemplateIds": {
+            c.name: k.launch_template.id for c, k in zip(cfg.clusters, clusters, strict=True)
+        },
+        "checkpointBucket": store.bucket.bucket,
+        "vpcId": network.vpc.id,
+        "estimatedCostPerHourUsd": round(hourly, 2),
+        "estimatedCostPerMonthUsd": round(monthly, 2),
+    }
+    if lustre:
+        outputs["lustreDnsName"] = lustre.file_system.dns_name
+        outputs["lustreMountName"] = lustre.file_system.mount_name
+    if link:
+        outputs["directConnectGatewayId"] = link.gateway.id
+        outputs["directConnectConnectionIds"] = [c.id for c in link.connections]
+    return outputs
+
+
+def main() -> None:
+    try:
+        cfg = parse_stack_config(read_stack_config())
+    except StackConfigError as exc:
+        # Fail before any resource is declared, with the one line that says what to fix.
+        raise pulumi.RunError(str(exc)) from None
+    for key, value in build(cfg, pulumi.get_stack()).items():
+        pulumi.export(key, value)

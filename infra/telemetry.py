@@ -1,0 +1,64 @@
+"""The accelerator-utilization metrics nodes publish, defined once.
+
+The launch template's user data configures the CloudWatch agent (NVIDIA) or the neuron-monitor
+publisher (Trainium) from these definitions, and the guardrail daemon queries the same names,
+namespace and dimensions. Real CloudWatch matches the *exact* dimension set, so the two sides
+must never be written separately.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Literal
+
+AcceleratorKind = Literal["nvidia", "neuron"]
+
+
+@dataclass(frozen=True)
+class UtilizationMetric:
+    namespace: str
+    metric_name: str
+    # Dimension set of each per-accelerator series: always the instance id plus the
+    # per-device dimension named here.
+    device_dimension: str
+
+    @property
+    def dimension_names(self) -> tuple[str, str]:
+        return ("InstanceId", self.device_dimension)
+
+
+UTILIZATION_METRICS: dict[AcceleratorKind, UtilizationMetric] = {
+    # CloudWatch agent nvidia_gpu plugin; `index` is the GPU ordinal.
+    "nvidia": UtilizationMetric("CWAgent", "nvidia_smi_utilization_gpu", "index"),
+    # Published by the neuron-monitor relay installed by the launch template.
+    "neuron": UtilizationMetric("CoreBurst/Neuron", "neuroncore_utilization", "neuroncore"),
+}
+
+
+def cloudwatch_agent_config(metrics_interval_s: int = 60) -> str:
+    """CloudWatch agent JSON that publishes per-GPU utilization with exactly the dimension set
+    in ``UTILIZATION_METRICS['nvidia']`` (InstanceId + index, nothing else)."""
+    metric = UTILIZATION_METRICS["nvidia"]
+    config = {
+        "agent": {"metrics_collection_interval": metrics_interval_s},
+        "metrics": {
+            "namespace": metric.namespace,
+            "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
+            # Roll the plugin's extra dimensions (host, name, arch) up to the exact set the
+            # guardrails query.
+            "aggregation_dimensions": [list(metric.dimension_names)],
+            "metrics_collected": {
+                "nvidia_gpu": {
+                    "measurement": [
+                        "utilization_gpu",
+                        "memory_used",
+                        "power_draw",
+                        "temperature_gpu",
+                    ],
+                    "metrics_collection_interval": metrics_interval_s,
+                }
+            },
+        },
+    }
+    return json.dumps(config, indent=2)
