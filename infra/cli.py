@@ -1,6 +1,7 @@
 """The ``coreburst`` command.
 
-$ coreburst plan --stack dev
+    $ coreburst plan --stack dev
+    $ coreburst tco --scenario infra/tco/examples/team8_85pct.yaml --plot tco.png
 """
 
 from __future__ import annotations
@@ -8,6 +9,7 @@ from __future__ import annotations
 import typer
 
 from infra.plan import plan
+from infra.tco.cli import app as tco_app
 
 app = typer.Typer(
     add_completion=False,
@@ -15,11 +17,12 @@ app = typer.Typer(
     help="coreburst: provisioning, policies and cost guardrails for hybrid GPU fleets.",
 )
 app.command("plan")(plan)
+app.add_typer(tco_app)
 
 
 @app.callback()
 def _root() -> None:
-    """Keep subcommands even while only one is registered."""
+    """Provisioning, policies and cost guardrails for hybrid GPU fleets."""
 
 
 def main() -> None:

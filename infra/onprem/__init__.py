@@ -1,0 +1,1 @@
+"""On-prem DGX + InfiniBand: fleet model, parsers and the ansible-runner driver."""
