@@ -1,7 +1,7 @@
 """The ``coreburst`` command.
 
-    $ coreburst plan --stack dev
-    $ coreburst tco --scenario infra/tco/examples/team8_85pct.yaml --plot tco.png
+$ coreburst plan --stack dev
+$ coreburst tco --scenario infra/tco/examples/team8_85pct.yaml --plot tco.png
 """
 
 from __future__ import annotations

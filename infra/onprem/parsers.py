@@ -149,7 +149,9 @@ def judge_ib_ports(
                 continue
             hint = " (Initializing means no subnet manager)" if p.state == "Initializing" else ""
             results.append(
-                _result("ib_port", node, dev, p.state, "Active", p.state == "Active", "state" + hint)
+                _result(
+                    "ib_port", node, dev, p.state, "Active", p.state == "Active", "state" + hint
+                )
             )
             results.append(
                 _result(
@@ -215,13 +217,21 @@ def judge_gpus(
     """GPU count, then model, driver version and PCIe width of every GPU."""
     results = [
         _result(
-            "gpu_count", node, "gpus", len(gpus), expected_count, len(gpus) == expected_count, "count"
+            "gpu_count",
+            node,
+            "gpus",
+            len(gpus),
+            expected_count,
+            len(gpus) == expected_count,
+            "count",
         )
     ]
     for g in gpus:
         dev = f"GPU{g.index}"
         results.append(
-            _result("gpu_model", node, dev, g.name, expected_model, g.name == expected_model, "model")
+            _result(
+                "gpu_model", node, dev, g.name, expected_model, g.name == expected_model, "model"
+            )
         )
         results.append(
             _result(
@@ -448,7 +458,13 @@ def parse_all_reduce_perf(text: str) -> NcclResult:
         if len(cols) == 13 and cols[0].isdigit():
             try:
                 rows.append(
-                    NcclRow(int(cols[0]), float(cols[7]), _wrong(cols[8]), float(cols[11]), _wrong(cols[12]))
+                    NcclRow(
+                        int(cols[0]),
+                        float(cols[7]),
+                        _wrong(cols[8]),
+                        float(cols[11]),
+                        _wrong(cols[12]),
+                    )
                 )
             except ValueError:
                 continue

@@ -53,7 +53,7 @@ def test_prices_by_market() -> None:
     assert CAT.hourly_price("p5.48xlarge", "us-east-1", "on-demand") == 55.04
     assert CAT.hourly_price("p5.48xlarge", "us-east-1", "capacity-reservation") == 55.04
     assert CAT.hourly_price("p5.48xlarge", "us-east-1", "spot") == pytest.approx(55.04 * 0.45)
-    with pytest.raises(CatalogError, match="no on-demand price for trn2.48xlarge in us-east-1"):
+    with pytest.raises(CatalogError, match=r"no on-demand price for trn2\.48xlarge in us-east-1"):
         CAT.on_demand_price("trn2.48xlarge", "us-east-1")
 
 

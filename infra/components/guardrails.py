@@ -1,0 +1,205 @@
+"""Guardrails: the guardrail daemon deployed beside the fleet as a scheduled Lambda.
+
+One daemon cycle per invocation (EventBridge Scheduler), state in DynamoDB, the Slack webhook
+in Secrets Manager, AWS Budgets notifications relayed through SQS, and an IAM role generated
+from the enabled rules' declarations (``infra.guardrails_iam``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from infra.components import TOKEN_PREFIX
+from infra.guardrails_iam import policy_document
+
+_ASSUME = {
+    "Version": "2012-10-17",
+    "Statement": [{"Effect": "Allow", "Principal": {"Service": "%s"}, "Action": "sts:AssumeRole"}],
+}
+
+
+def _assume(service: str) -> str:
+    doc = json.loads(json.dumps(_ASSUME))
+    doc["Statement"][0]["Principal"]["Service"] = service
+    return json.dumps(doc)
+
+
+@dataclass
+class GuardrailsArgs:
+    code: pulumi.Archive
+    rule_actions: Mapping[str, Sequence[str]]
+    tag_key: str
+    tag_value: str
+    budget_topic_arn: pulumi.Input[str]
+    schedule_expression: str = "rate(1 minute)"
+    daemon_config: Mapping[str, object] = field(default_factory=dict)
+    memory_mb: int = 512
+    timeout_s: int = 120
+
+
+class Guardrails(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, args: GuardrailsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__(f"{TOKEN_PREFIX}:Guardrails", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+
+        # Conditional writes on this table keep two overlapping invocations from acting twice.
+        self.table = aws.dynamodb.Table(
+            f"{name}-state",
+            billing_mode="PAY_PER_REQUEST",
+            hash_key="pk",
+            range_key="sk",
+            attributes=[
+                aws.dynamodb.TableAttributeArgs(name="pk", type="S"),
+                aws.dynamodb.TableAttributeArgs(name="sk", type="S"),
+            ],
+            point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
+            server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
+            ttl=aws.dynamodb.TableTtlArgs(attribute_name="expires_at", enabled=True),
+            opts=child,
+        )
+        # The webhook URL is set out of band (`aws secretsmanager put-secret-value`), never in
+        # stack config or state.
+        self.secret = aws.secretsmanager.Secret(
+            f"{name}-slack-webhook", description="Slack incoming webhook for coreburst", opts=child
+        )
+        self.queue = aws.sqs.Queue(
+            f"{name}-budget-events",
+            message_retention_seconds=1_209_600,
+            sqs_managed_sse_enabled=True,
+            opts=child,
+        )
+        aws.sqs.QueuePolicy(
+            f"{name}-budget-events-policy",
+            queue_url=self.queue.url,
+            policy=pulumi.Output.all(self.queue.arn, args.budget_topic_arn).apply(
+                lambda v: json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {
+                                "Effect": "Allow",
+                                "Principal": {"Service": "sns.amazonaws.com"},
+                                "Action": "sqs:SendMessage",
+                                "Resource": v[0],
+                                "Condition": {"ArnEquals": {"aws:SourceArn": v[1]}},
+                            }
+                        ],
+                    }
+                )
+            ),
+            opts=child,
+        )
+        aws.sns.TopicSubscription(
+            f"{name}-budget-to-queue",
+            topic=args.budget_topic_arn,
+            protocol="sqs",
+            endpoint=self.queue.arn,
+            raw_message_delivery=True,
+            opts=child,
+        )
+        self.log_group = aws.cloudwatch.LogGroup(
+            f"{name}-logs", name=f"/aws/lambda/{name}-daemon", retention_in_days=90, opts=child
+        )
+
+        self.role = aws.iam.Role(
+            f"{name}-role", assume_role_policy=_assume("lambda.amazonaws.com"), opts=child
+        )
+        self.policy = pulumi.Output.all(
+            self.table.arn, self.secret.arn, self.queue.arn, self.log_group.arn
+        ).apply(
+            lambda arns: json.dumps(
+                policy_document(
+                    args.rule_actions,
+                    args.tag_key,
+                    args.tag_value,
+                    own_resources={
+                        arns[0]: [
+                            "dynamodb:GetItem",
+                            "dynamodb:PutItem",
+                            "dynamodb:UpdateItem",
+                            "dynamodb:DeleteItem",
+                            "dynamodb:Query",
+                        ],
+                        arns[1]: ["secretsmanager:GetSecretValue"],
+                        arns[2]: [
+                            "sqs:ReceiveMessage",
+                            "sqs:DeleteMessage",
+                            "sqs:GetQueueAttributes",
+                        ],
+                        arns[3]: ["logs:CreateLogStream", "logs:PutLogEvents"],
+                    },
+                )
+            )
+        )
+        aws.iam.RolePolicy(f"{name}-role-policy", role=self.role.id, policy=self.policy, opts=child)
+
+        env = pulumi.Output.all(self.table.name, self.secret.arn, self.queue.url).apply(
+            lambda v: {
+                "COREBURST_STATE_BACKEND": "dynamodb",
+                "COREBURST_STATE_TABLE": v[0],
+                "COREBURST_SLACK_WEBHOOK_SECRET_ARN": v[1],
+                "COREBURST_BUDGET_QUEUE_URL": v[2],
+                "COREBURST_CONFIG_JSON": json.dumps(dict(args.daemon_config)),
+            }
+        )
+        self.function = aws.lambda_.Function(
+            f"{name}-daemon",
+            name=f"{name}-daemon",
+            runtime="python3.11",
+            handler="guardrails.lambda_handler.handler",
+            code=args.code,
+            role=self.role.arn,
+            memory_size=args.memory_mb,
+            timeout=args.timeout_s,
+            # One invocation at a time; the leader lock guards the rest.
+            reserved_concurrent_executions=1,
+            environment=aws.lambda_.FunctionEnvironmentArgs(variables=env),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.log_group]),
+        )
+
+        scheduler_role = aws.iam.Role(
+            f"{name}-scheduler-role",
+            assume_role_policy=_assume("scheduler.amazonaws.com"),
+            opts=child,
+        )
+        aws.iam.RolePolicy(
+            f"{name}-scheduler-invoke",
+            role=scheduler_role.id,
+            policy=self.function.arn.apply(
+                lambda arn: json.dumps(
+                    {
+                        "Version": "2012-10-17",
+                        "Statement": [
+                            {"Effect": "Allow", "Action": "lambda:InvokeFunction", "Resource": arn}
+                        ],
+                    }
+                )
+            ),
+            opts=child,
+        )
+        self.schedule = aws.scheduler.Schedule(
+            f"{name}-cycle",
+            schedule_expression=args.schedule_expression,
+            flexible_time_window=aws.scheduler.ScheduleFlexibleTimeWindowArgs(mode="OFF"),
+            target=aws.scheduler.ScheduleTargetArgs(
+                arn=self.function.arn,
+                role_arn=scheduler_role.arn,
+                retry_policy=aws.scheduler.ScheduleTargetRetryPolicyArgs(maximum_retry_attempts=0),
+            ),
+            opts=child,
+        )
+        self.register_outputs(
+            {
+                "function_name": self.function.name,
+                "state_table": self.table.name,
+                "webhook_secret_arn": self.secret.arn,
+                "budget_queue_url": self.queue.url,
+            }
+        )
