@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: setup demo plan lint test unit integration bench clean
+.PHONY: setup demo plan lint test unit integration bench lambda-package clean
 
 setup: $(VENV)/.installed
 
@@ -34,6 +34,18 @@ unit: setup
 
 integration: setup
 	$(BIN)/pytest -q -m integration tests/integration
+
+## The guardrail daemon and its runtime dependencies for AWS Lambda (python3.11, x86_64).
+lambda-package: setup
+	rm -rf build/lambda && mkdir -p build/lambda
+	$(BIN)/pip install --quiet --target build/lambda --platform manylinux2014_x86_64 \
+		--python-version 3.11 --only-binary=:all: \
+		'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'PyYAML>=6,<7' 'slack-sdk>=3.27,<4' \
+		'tenacity>=8.2,<10' 'prometheus-client>=0.20,<1'
+	cp -r guardrails build/lambda/
+	mkdir -p build/lambda/infra/data
+	cp infra/__init__.py infra/catalog.py infra/telemetry.py build/lambda/infra/
+	cp infra/data/catalog.yaml build/lambda/infra/data/
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -336,6 +336,16 @@ class CheckpointStore(_Model):
     expire_after_days: int | None = Field(default=None, ge=1)
 
 
+class GuardrailsDeploy(_Model):
+    """The guardrail daemon deployed into the stack as a scheduled Lambda."""
+
+    enabled: bool = False
+    schedule: str = Field(default="rate(1 minute)", pattern=r"^(rate|cron)\(.+\)$")
+    # Rules whose permissions the daemon's role gets; None = every registered rule.
+    rules: list[str] | None = None
+    dry_run: bool = True
+
+
 class StackConfig(_Model):
     region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
     availability_zone: str
@@ -346,6 +356,7 @@ class StackConfig(_Model):
     tags: CostTags
     budget: Budget
     checkpoints: CheckpointStore = CheckpointStore()
+    guardrails: GuardrailsDeploy = GuardrailsDeploy()
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:

@@ -1,8 +1,23 @@
-"""``coreburst plan``: evaluate a stack offline and print its resources and estimated cost."""
+"""``coreburst plan``: price a stack and run the policy pack over it, before anything deploys.
+
+Resources come from the offline evaluation of ``Pulumi.<stack>.yaml`` (the real program under
+mocks) or, in CI, from ``pulumi preview --json`` so the estimate is what Pulumi will actually
+do. Both are priced from resource properties with the catalog (:mod:`policies.pricing`) and
+checked with the same validators CrossGuard runs (:mod:`policies.runner`).
+
+    $ coreburst plan -s dev
+    $ coreburst plan -s prod --compare dev --format markdown
+    $ pulumi preview -s dev --json > preview.json
+    $ coreburst plan -s dev --preview-json preview.json --egress-gb 5000 --format markdown
+"""
 
 from __future__ import annotations
 
-import collections
+import json
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -10,36 +25,259 @@ from rich.table import Table
 
 from infra.catalog import CatalogError, load_catalog
 from infra.config import StackConfigError
-from infra.cost import estimate_stack, totals
-from infra.offline import evaluate_stack
+from infra.cost import CostLine
+from infra.offline import REPO_ROOT, evaluate_stack
+from policies.pack import all_policies
+from policies.pricing import price_resources, stack_region
+from policies.runner import PolicyError, Violation, run_policies
+from policies.sources import PreviewError, from_offline, load_preview
 
-app = typer.Typer(add_completion=False)
+POLICY_CONFIG_DIR = REPO_ROOT / "policies" / "config"
 
 
-@app.command()
-def plan(
-    stack: str = typer.Option("dev", "--stack", "-s", help="Stack name (Pulumi.<stack>.yaml)"),
-) -> None:
-    """Evaluate STACK under Pulumi mocks: list the resources it declares and their cost."""
-    out = Console()
+class Format(StrEnum):
+    table = "table"
+    json = "json"
+    markdown = "markdown"
+
+
+class PlanError(ValueError):
+    """Bad input the user can fix; printed as one line."""
+
+
+@dataclass
+class Report:
+    stack: str
+    source: str
+    region: str
+    lines: list[CostLine]
+    violations: list[Violation]
+    policies_checked: int
+    resource_count: int = 0
+    compare: Report | None = field(default=None)
+
+    @property
+    def hourly(self) -> float:
+        return sum(x.hourly_usd for x in self.lines)
+
+    @property
+    def monthly(self) -> float:
+        return sum(x.monthly_usd for x in self.lines)
+
+
+def _policy_config(stack: str, path: Path | None) -> dict[str, Any]:
+    path = path or POLICY_CONFIG_DIR / f"{stack}.json"
+    if not path.is_file():
+        if path.parent == POLICY_CONFIG_DIR:
+            return {}  # no per-stack file: every policy at its defaults
+        raise PlanError(f"policy config {path} not found")
     try:
-        evaluation = evaluate_stack(stack)
-    except (StackConfigError, CatalogError) as exc:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise PlanError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{path}: expected an object of policy name -> config")
+    return doc
+
+
+def build_report(
+    stack: str,
+    preview_json: Path | None = None,
+    egress_gb: float = 0.0,
+    nat_gb: float = 0.0,
+    policy_config: Path | None = None,
+) -> Report:
+    """Price and check one stack; raises PlanError / StackConfigError / CatalogError /
+    PreviewError with a one-line message."""
+    if preview_json is not None:
+        resources = load_preview(preview_json)
+        source = f"pulumi preview ({preview_json.name})"
+    else:
+        resources = from_offline(evaluate_stack(stack).resources, stack)
+        source = "offline evaluation"
+    lines = price_resources(resources, load_catalog(), egress_gb=egress_gb, nat_gb_per_month=nat_gb)
+    violations = run_policies(resources, _policy_config(stack, policy_config))
+    return Report(stack, source, stack_region(resources), lines, violations, len(all_policies()))
+
+
+# -- rendering ------------------------------------------------------------------------------
+def _usd(x: float) -> str:
+    return f"{x:,.2f}"
+
+
+def _diff_rows(report: Report) -> list[tuple[str, float, float]]:
+    other = report.compare
+    assert other is not None
+    mine = {x.item: x.monthly_usd for x in report.lines}
+    theirs = {x.item: x.monthly_usd for x in other.lines}
+    items = list(mine) + [i for i in theirs if i not in mine]
+    return [(i, mine.get(i, 0.0), theirs.get(i, 0.0)) for i in items]
+
+
+def to_json(report: Report) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "stack": report.stack,
+        "source": report.source,
+        "region": report.region,
+        "resourceCount": report.resource_count,
+        "currency": "USD",
+        "hoursPerMonth": load_catalog().hours_per_month,
+        "lines": [
+            {
+                "category": x.category,
+                "item": x.item,
+                "detail": x.detail,
+                "hourlyUsd": round(x.hourly_usd, 4),
+                "monthlyUsd": round(x.monthly_usd, 2),
+            }
+            for x in report.lines
+        ],
+        "totals": {"hourlyUsd": round(report.hourly, 4), "monthlyUsd": round(report.monthly, 2)},
+        "policies": {
+            "checked": report.policies_checked,
+            "passed": not report.violations,
+            "violations": [
+                {
+                    "policy": v.policy,
+                    "enforcement": v.enforcement,
+                    "message": v.message,
+                    "urn": v.urn,
+                }
+                for v in report.violations
+            ],
+        },
+    }
+    if report.compare is not None:
+        other = report.compare
+        doc["compare"] = {
+            "stack": other.stack,
+            "lines": [
+                {
+                    "item": i,
+                    "monthlyUsd": round(a, 2),
+                    "otherMonthlyUsd": round(b, 2),
+                    "deltaUsd": round(b - a, 2),
+                }
+                for i, a, b in _diff_rows(report)
+            ],
+            "totals": {
+                "monthlyUsd": round(report.monthly, 2),
+                "otherMonthlyUsd": round(other.monthly, 2),
+                "deltaUsd": round(other.monthly - report.monthly, 2),
+            },
+        }
+    return doc
+
+
+def to_markdown(report: Report) -> str:
+    out = [
+        f"### coreburst plan: `{report.stack}` ({report.region}, {report.source})",
+        "",
+        f"{report.resource_count} AWS resources; {len(report.lines)} priced lines below.",
+        "",
+        "| category | resource | detail | $/hour | $/month |",
+        "|---|---|---|---:|---:|",
+    ]
+    for x in report.lines:
+        out.append(
+            f"| {x.category} | `{x.item}` | {x.detail} | {_usd(x.hourly_usd)} "
+            f"| {_usd(x.monthly_usd)} |"
+        )
+    out.append(f"| **total** | | | **{_usd(report.hourly)}** | **{_usd(report.monthly)}** |")
+    out.append("")
+    if report.compare is not None:
+        other = report.compare
+        out += [
+            f"#### `{report.stack}` vs `{other.stack}` ($/month)",
+            "",
+            f"| resource | {report.stack} | {other.stack} | {other.stack} - {report.stack} |",
+            "|---|---:|---:|---:|",
+        ]
+        for item, a, b in _diff_rows(report):
+            out.append(f"| `{item}` | {_usd(a)} | {_usd(b)} | {b - a:+,.2f} |")
+        out.append(
+            f"| **total** | **{_usd(report.monthly)}** | **{_usd(other.monthly)}** "
+            f"| **{other.monthly - report.monthly:+,.2f}** |"
+        )
+        out.append("")
+    if not report.violations:
+        out.append(f"**Policies: PASS** ({report.policies_checked} policies, no violations)")
+    else:
+        out.append(f"**Policies: FAIL** ({len(report.violations)} violations)")
+        out.append("")
+        out += [f"- `{v.enforcement}` **{v.policy}**: {v.message}" for v in report.violations]
+    return "\n".join(out) + "\n"
+
+
+def print_table(report: Report, console: Console) -> None:
+    cost = Table(
+        title=f"stack {report.stack}: {report.resource_count} AWS resources, estimated cost "
+        f"({report.region}, {report.source})"
+    )
+    for col in ("category", "resource", "detail", "$/hour", "$/month"):
+        cost.add_column(col, justify="right" if col.startswith("$") else "left")
+    for x in report.lines:
+        cost.add_row(x.category, x.item, x.detail, _usd(x.hourly_usd), _usd(x.monthly_usd))
+    cost.add_row("total", "", "", _usd(report.hourly), _usd(report.monthly), style="bold")
+    console.print(cost)
+    if report.compare is not None:
+        other = report.compare
+        diff = Table(title=f"{report.stack} vs {other.stack} ($/month)")
+        diff.add_column("resource")
+        for col in (report.stack, other.stack, f"{other.stack} - {report.stack}"):
+            diff.add_column(col, justify="right")
+        for item, a, b in _diff_rows(report):
+            diff.add_row(item, _usd(a), _usd(b), f"{b - a:+,.2f}")
+        diff.add_row(
+            "total",
+            _usd(report.monthly),
+            _usd(other.monthly),
+            f"{other.monthly - report.monthly:+,.2f}",
+            style="bold",
+        )
+        console.print(diff)
+    if not report.violations:
+        console.print(f"policies: PASS ({report.policies_checked} policies, no violations)")
+        return
+    pol = Table(title=f"policies: FAIL ({len(report.violations)} violations)")
+    for col in ("policy", "enforcement", "message"):
+        pol.add_column(col)
+    for v in report.violations:
+        pol.add_row(v.policy, v.enforcement, v.message)
+    console.print(pol)
+
+
+# A typer command takes one parameter per option.
+def plan(  # noqa: PLR0917
+    stack: str = typer.Option("dev", "--stack", "-s", help="Stack name (Pulumi.<stack>.yaml)"),
+    fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format"),
+    compare: str | None = typer.Option(
+        None, "--compare", metavar="OTHER_STACK", help="Also price OTHER_STACK; print the diff"
+    ),
+    preview_json: Path | None = typer.Option(
+        None, "--preview-json", help="Price the output of `pulumi preview --json` instead"
+    ),
+    egress_gb: float = typer.Option(
+        0.0, "--egress-gb", min=0, help="Internet egress per month, GB (catalog tiers)"
+    ),
+    nat_gb: float = typer.Option(0.0, "--nat-gb", min=0, help="NAT-processed GB per month"),
+    policy_config: Path | None = typer.Option(
+        None,
+        "--policy-config",
+        help="Policy pack config JSON (default policies/config/<stack>.json)",
+    ),
+) -> None:
+    """Price STACK per resource and run the policy pack over it (no cloud access needed)."""
+    try:
+        report = build_report(stack, preview_json, egress_gb, nat_gb, policy_config)
+        if compare:
+            report.compare = build_report(compare, None, egress_gb, nat_gb, None)
+    except (StackConfigError, CatalogError, PreviewError, PlanError, PolicyError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    counts = collections.Counter(r.typ for r in evaluation.resources if r.custom)
-    res = Table(title=f"stack {stack}: {sum(counts.values())} resources")
-    res.add_column("resource type")
-    res.add_column("count", justify="right")
-    for typ, n in sorted(counts.items()):
-        res.add_row(typ, str(n))
-    out.print(res)
-    lines = estimate_stack(evaluation.config, load_catalog())
-    cost = Table(title=f"estimated cost, {evaluation.config.region}")
-    for col in ("item", "detail", "$/hour", "$/month"):
-        cost.add_column(col, justify="right" if col.startswith("$") else "left")
-    for line in lines:
-        cost.add_row(line.item, line.detail, f"{line.hourly_usd:,.2f}", f"{line.monthly_usd:,.2f}")
-    hourly, monthly = totals(lines)
-    cost.add_row("total", "", f"{hourly:,.2f}", f"{monthly:,.2f}", style="bold")
-    out.print(cost)
+    if fmt is Format.json:
+        typer.echo(json.dumps(to_json(report), indent=2))
+    elif fmt is Format.markdown:
+        typer.echo(to_markdown(report), nl=False)
+    else:
+        print_table(report, Console())

@@ -7,6 +7,7 @@ in-process under Pulumi's mocks.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -16,6 +17,7 @@ from infra.catalog import load_catalog
 from infra.components.budget import Budget, BudgetArgs
 from infra.components.checkpoint_store import CheckpointStore
 from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs
+from infra.components.guardrails import Guardrails, GuardrailsArgs
 from infra.components.hybrid_link import HybridLink, HybridLinkArgs
 from infra.components.lustre import Lustre, LustreArgs
 from infra.components.network import Network, NetworkArgs
@@ -23,6 +25,8 @@ from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.cost import estimate_stack, totals
 
 NAMESPACE = "coreburst"
+# Built by `make lambda-package`: the daemon and its dependencies for the Lambda runtime.
+LAMBDA_PACKAGE = Path(__file__).resolve().parent.parent / "build" / "lambda"
 # Applied to every resource: the budget filters on it, and the guardrails' IAM policy only
 # allows writes on resources that carry it.
 STACK_TAG_KEY = "coreburst-stack"
@@ -48,8 +52,12 @@ def read_stack_config() -> dict[str, Any]:
     return raw
 
 
-def build(cfg: StackConfig, stack: str) -> dict[str, pulumi.Output[Any] | Any]:
+def build(
+    cfg: StackConfig, stack: str, lambda_package: Path = LAMBDA_PACKAGE
+) -> dict[str, pulumi.Output[Any] | Any]:
     """Declare every resource of the stack; returns the stack outputs."""
+    if cfg.guardrails.enabled:
+        guardrail_rules(cfg)  # fail before anything is declared
     catalog = load_catalog()
     tags = {**cfg.tags.as_aws_tags(), STACK_TAG_KEY: stack}
     provider = aws.Provider("aws", region=cfg.region, default_tags={"tags": tags})
@@ -104,7 +112,10 @@ def build(cfg: StackConfig, stack: str) -> dict[str, pulumi.Output[Any] | Any]:
             ),
             opts=opts,
         )
-    Budget("budget", BudgetArgs(cfg.budget, STACK_TAG_KEY, stack), opts=opts)
+    budget = Budget("budget", BudgetArgs(cfg.budget, STACK_TAG_KEY, stack), opts=opts)
+    guard = None
+    if cfg.guardrails.enabled:
+        guard = _guardrails(cfg, stack, budget, lambda_package, opts)
 
     hourly, monthly = totals(estimate_stack(cfg, catalog))
     outputs: dict[str, pulumi.Output[Any] | Any] = {
@@ -120,15 +131,66 @@ def build(cfg: StackConfig, stack: str) -> dict[str, pulumi.Output[Any] | Any]:
     if lustre:
         outputs["lustreDnsName"] = lustre.file_system.dns_name
         outputs["lustreMountName"] = lustre.file_system.mount_name
+    if guard:
+        outputs["guardrailsFunction"] = guard.function.name
+        outputs["guardrailsWebhookSecretArn"] = guard.secret.arn
     if link:
         outputs["directConnectGatewayId"] = link.gateway.id
         outputs["directConnectConnectionIds"] = [c.id for c in link.connections]
     return outputs
 
 
+def guardrail_rules(cfg: StackConfig) -> list[str]:
+    """The rules the deployed daemon runs; raises StackConfigError for an unknown name."""
+    from guardrails.rules import REGISTRY
+
+    names = cfg.guardrails.rules if cfg.guardrails.rules is not None else sorted(REGISTRY)
+    unknown = sorted(set(names) - set(REGISTRY))
+    if unknown:
+        raise StackConfigError(
+            f"coreburst:guardrails.rules: unknown rule(s) {', '.join(unknown)}; known: "
+            f"{', '.join(sorted(REGISTRY))}"
+        )
+    return names
+
+
+def _guardrails(
+    cfg: StackConfig,
+    stack: str,
+    budget: Budget,
+    lambda_package: Path,
+    opts: pulumi.ResourceOptions,
+) -> Guardrails:
+    from guardrails.rules import REGISTRY
+
+    names = guardrail_rules(cfg)
+    return Guardrails(
+        "guardrails",
+        GuardrailsArgs(
+            code=pulumi.FileArchive(str(lambda_package)),
+            rule_actions={n: REGISTRY[n].iam_actions for n in names},
+            tag_key=STACK_TAG_KEY,
+            tag_value=stack,
+            budget_topic_arn=budget.topic.arn,
+            schedule_expression=cfg.guardrails.schedule,
+            daemon_config={
+                "regions": [cfg.region],
+                "dry_run": cfg.guardrails.dry_run,
+                "managed_tag": {STACK_TAG_KEY: stack},
+            },
+        ),
+        opts=opts,
+    )
+
+
 def main() -> None:
     try:
         cfg = parse_stack_config(read_stack_config())
+        if cfg.guardrails.enabled and not (LAMBDA_PACKAGE / "guardrails").is_dir():
+            raise StackConfigError(
+                f"coreburst:guardrails.enabled is true but {LAMBDA_PACKAGE} has no package: "
+                "run `make lambda-package` first"
+            )
     except StackConfigError as exc:
         # Fail before any resource is declared, with the one line that says what to fix.
         raise pulumi.RunError(str(exc)) from None

@@ -47,7 +47,8 @@ class CheckResult:
         return asdict(self)
 
 
-def _result(
+# Private, called positionally all over this module; keywords would only add noise.
+def _result(  # noqa: PLR0917
     check: str, node: str, device: str, measured: Any, expected: Any, ok: bool, what: str
 ) -> CheckResult:
     status: Status = "pass" if ok else "fail"
@@ -85,7 +86,7 @@ _KV_RE = re.compile(r"^\s*(?P<key>[^:]+):\s*(?P<value>.*?)\s*$")
 
 def _int_or_none(value: str) -> int | None:
     try:
-        return int(value.split()[0], 0)
+        return int(value.split(maxsplit=1)[0], 0)
     except (ValueError, IndexError):
         return None
 
@@ -209,6 +210,7 @@ def parse_nvidia_smi_csv(text: str) -> list[Gpu]:
 def judge_gpus(
     node: str,
     gpus: Sequence[Gpu],
+    *,
     expected_count: int,
     expected_model: str,
     expected_driver: str,
@@ -281,10 +283,12 @@ def parse_xid_journal(text: str) -> list[XidEvent]:
     ]
 
 
-def judge_xid(node: str, events: Sequence[XidEvent], window: str = "1h") -> list[CheckResult]:
-    """No XID errors at all in the window."""
+def judge_xid(
+    node: str, events: Sequence[XidEvent], since: str = "1 hour ago"
+) -> list[CheckResult]:
+    """No XID errors at all since ``since`` (a journalctl --since value)."""
     if not events:
-        return [_result("xid", node, "gpus", 0, 0, True, f"XID errors in last {window}")]
+        return [_result("xid", node, "gpus", 0, 0, True, f"XID errors since {since}")]
     return [
         CheckResult(
             "xid",
@@ -293,7 +297,7 @@ def judge_xid(node: str, events: Sequence[XidEvent], window: str = "1h") -> list
             "fail",
             f"Xid {e.code}",
             "no XID",
-            f"{node} {e.pci}: XID {e.code} in last {window} ({e.detail}), expected none",
+            f"{node} {e.pci}: XID {e.code} since {since} ({e.detail}), expected none",
         )
         for e in events
     ]

@@ -113,3 +113,28 @@ def test_component_resources_and_role_policy() -> None:
     _writes_are_tag_scoped(doc, "coreburst-stack")
     own = [s for s in doc["Statement"] if s["Sid"].startswith("GuardrailOwnResource")]
     assert own and all(s["Resource"] != "*" for s in own)
+
+
+def test_prod_stack_deploys_guardrails_with_registry_permissions(prod_config: Any) -> None:
+    from guardrails.rules import REGISTRY
+    from infra.offline import evaluate_config
+
+    ev = evaluate_config("prod", prod_config)
+    fn = ev.named("guardrails-daemon").inputs
+    cfg = json.loads(fn["environment"]["variables"]["COREBURST_CONFIG_JSON"])
+    assert cfg["dry_run"] is False and cfg["regions"] == ["us-east-2"]
+    policy = json.loads(ev.named("guardrails-role-policy").inputs["policy"])
+    granted = {a for s in policy["Statement"] for a in s["Action"]}
+    declared = {a for rule in REGISTRY.values() for a in rule.iam_actions}
+    assert declared <= granted
+    _writes_are_tag_scoped(policy, "coreburst-stack")
+    assert ev.outputs["guardrailsFunction"] == "guardrails-daemon"
+
+
+def test_unknown_guardrail_rule_is_rejected(prod_config: Any) -> None:
+    from infra.config import StackConfigError
+    from infra.offline import evaluate_config
+
+    prod_config["coreburst:guardrails"]["rules"] = ["idle-reclaim", "gpu-melter"]
+    with pytest.raises(StackConfigError, match="unknown rule\\(s\\) gpu-melter"):
+        evaluate_config("prod", prod_config)

@@ -63,7 +63,14 @@ def test_ibstat_missing_hca_fails() -> None:
 
 def _judge_gpus(text: str) -> list[p.CheckResult]:
     gpus = p.parse_nvidia_smi_csv(text)
-    return p.judge_gpus("dgx-01", gpus, 8, "NVIDIA H100 80GB HBM3", "550.90.07", 16)
+    return p.judge_gpus(
+        "dgx-01",
+        gpus,
+        expected_count=8,
+        expected_model="NVIDIA H100 80GB HBM3",
+        expected_driver="550.90.07",
+        expected_pcie_width=16,
+    )
 
 
 def test_nvidia_smi_healthy() -> None:
@@ -80,7 +87,12 @@ def test_nvidia_smi_seven_gpus() -> None:
 
 def test_nvidia_smi_pcie_width_x8() -> None:
     [bad] = failed(_judge_gpus(fx("nvidia_smi_x8_width.csv")))
-    assert (bad.check, bad.device, bad.measured, bad.expected) == ("pcie_width", "GPU2", "x8", "x16")
+    assert (bad.check, bad.device, bad.measured, bad.expected) == (
+        "pcie_width",
+        "GPU2",
+        "x8",
+        "x16",
+    )
 
 
 def test_nvidia_smi_header_tolerated_and_driver_mismatch() -> None:
@@ -106,7 +118,7 @@ def test_xid_events_each_reported() -> None:
     events = p.parse_xid_journal(fx("journalctl_xid_79.txt"))
     assert [(e.pci, e.code) for e in events] == [("PCI:0000:9a:00", 79), ("PCI:0000:18:00", 48)]
     bad = failed(p.judge_xid("dgx-03", events))
-    assert bad[0].message.startswith("dgx-03 PCI:0000:9a:00: XID 79 in last 1h")
+    assert bad[0].message.startswith("dgx-03 PCI:0000:9a:00: XID 79 since 1 hour ago")
     assert bad[0].expected == "no XID"
 
 

@@ -1,0 +1,61 @@
+"""Injectable clocks: every component asks one of these for "now", never datetime.now()."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+    def sleep(self, seconds: float) -> None: ...
+
+
+class SystemClock:
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds))
+
+
+class FakeClock:
+    """A clock tests and the demo move by hand; ``sleep`` advances it instead of waiting."""
+
+    def __init__(self, start: datetime) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> datetime:
+        with self._lock:
+            return self._now
+
+    def advance(self, delta: timedelta) -> None:
+        with self._lock:
+            self._now += delta
+
+    def set(self, when: datetime) -> None:
+        with self._lock:
+            self._now = when
+
+    def sleep(self, seconds: float) -> None:
+        self.advance(timedelta(seconds=seconds))
+
+
+class OffsetClock:
+    """Real time shifted by a fixed offset and optionally sped up (used by subprocess tests
+    through COREBURST_CLOCK_START / COREBURST_CLOCK_SPEED)."""
+
+    def __init__(self, start: datetime, speed: float = 1.0) -> None:
+        self._t0 = time.monotonic()
+        self._start = start
+        self._speed = speed
+
+    def now(self) -> datetime:
+        return self._start + timedelta(seconds=(time.monotonic() - self._t0) * self._speed)
+
+    def sleep(self, seconds: float) -> None:
+        time.sleep(max(0.0, seconds) / self._speed)

@@ -1,0 +1,235 @@
+"""The idle decision: pure functions over plain data, no AWS calls.
+
+    >>> from datetime import UTC, datetime, timedelta
+    >>> from guardrails.idle import IdleParams, assess_utilization
+    >>> from guardrails.model import Sample
+    >>> now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    >>> pts = [Sample(now - timedelta(minutes=m), 1.0) for m in range(30, -1, -1)]
+    >>> assess_utilization({"0": pts}, 1, now, IdleParams()).state
+    'idle'
+
+A node is IDLE only when every accelerator has datapoints covering the whole window up to the
+present and every one of them is below the threshold. Missing, stale or partial data makes it
+UNKNOWN ("blind"): reported, never reclaimed. Missing data is never read as zero.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, time, timedelta
+from typing import Literal
+
+from guardrails.model import DeviceSeries, Node, Sample
+
+UtilState = Literal["idle", "busy", "unknown"]
+Action = Literal["stop", "terminate", "scale-in", "report-only"]
+Step = Literal["none", "mark", "wait", "act", "unmark"]
+
+
+@dataclass(frozen=True)
+class IdleParams:
+    threshold_percent: float = 5.0
+    window: timedelta = timedelta(minutes=30)
+    max_gap: timedelta = timedelta(minutes=5)
+    grace: timedelta = timedelta(hours=1)
+    max_exemption: timedelta = timedelta(days=30)
+    exempt_tag: str = "coreburst:exempt-until"
+    protected_asgs: frozenset[str] = frozenset()
+    # (tag key, allowed values)
+    protected_tags: tuple[tuple[str, frozenset[str]], ...] = ()
+
+
+@dataclass(frozen=True)
+class DeviceStat:
+    device: str
+    max_value: float | None
+    datapoints: int
+    first: datetime | None
+    last: datetime | None
+    largest_gap_s: float | None
+
+
+@dataclass(frozen=True)
+class Utilization:
+    state: UtilState
+    reason: str
+    devices: list[DeviceStat] = field(default_factory=list)
+    idle_devices: list[str] = field(default_factory=list)
+
+
+def _device_stat(device: str, pts: list[Sample], start: datetime, now: datetime) -> DeviceStat:
+    inwin = sorted((p for p in pts if start <= p.timestamp <= now), key=lambda p: p.timestamp)
+    if not inwin:
+        return DeviceStat(device, None, 0, None, None, None)
+    edges = [start, *(p.timestamp for p in inwin), now]
+    gap = max((b - a).total_seconds() for a, b in itertools.pairwise(edges))
+    return DeviceStat(
+        device,
+        max(p.value for p in inwin),
+        len(inwin),
+        inwin[0].timestamp,
+        inwin[-1].timestamp,
+        gap,
+    )
+
+
+def assess_utilization(
+    series: DeviceSeries, expected_series: int, now: datetime, params: IdleParams
+) -> Utilization:
+    """Classify one node from its per-device series (see module docstring)."""
+    start = now - params.window
+    stats = [_device_stat(d, pts, start, now) for d, pts in sorted(series.items())]
+    thr = params.threshold_percent
+    busy = [s for s in stats if s.max_value is not None and s.max_value >= thr]
+    idle_devs = [
+        s.device
+        for s in stats
+        if s.max_value is not None
+        and s.max_value < thr
+        and (s.largest_gap_s or 0) <= params.max_gap.total_seconds()
+    ]
+    if busy:
+        # Busy is certain from any busy datapoint, whatever the gaps elsewhere.
+        top = max(busy, key=lambda s: s.max_value or 0.0)
+        reason = f"device {top.device} peaked at {top.max_value:.1f}% (threshold {thr:g}%)"
+        if idle_devs:
+            reason += f"; {len(idle_devs)} of {len(stats)} devices idle (reported, not reclaimed)"
+        return Utilization("busy", reason, stats, idle_devs)
+    if not series:
+        return Utilization("unknown", "no utilization series for this node", stats)
+    if len(series) < expected_series:
+        return Utilization(
+            "unknown",
+            f"only {len(series)} of {expected_series} accelerator series present",
+            stats,
+            idle_devs,
+        )
+    for s in stats:
+        if s.datapoints == 0:
+            return Utilization("unknown", f"device {s.device}: no datapoints in window", stats)
+        if (s.largest_gap_s or 0) > params.max_gap.total_seconds():
+            assert s.last is not None
+            if (now - s.last) > params.max_gap:
+                why = f"stale: last datapoint {int((now - s.last).total_seconds())}s ago"
+            else:
+                why = f"partial: a {int(s.largest_gap_s or 0)}s gap in the window"
+            return Utilization(
+                "unknown",
+                f"device {s.device}: {why} (max gap {int(params.max_gap.total_seconds())}s)",
+                stats,
+                idle_devs,
+            )
+    peak = max(s.max_value or 0.0 for s in stats)
+    mins = int(params.window.total_seconds() // 60)
+    return Utilization(
+        "idle",
+        f"all {len(stats)} devices below {thr:g}% for {mins} min (peak {peak:.1f}%)",
+        stats,
+        idle_devs,
+    )
+
+
+def parse_exemption(value: str) -> datetime:
+    """ISO date (exempt through the end of that UTC day) or ISO datetime."""
+    v = value.strip()
+    if len(v) == 10:
+        d = datetime.fromisoformat(v).date()
+        return datetime.combine(d, time.max, tzinfo=UTC)
+    dt = datetime.fromisoformat(v.replace("Z", "+00:00"))
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+def exemption_status(tags: dict[str, str], now: datetime, params: IdleParams) -> tuple[bool, str]:
+    raw = tags.get(params.exempt_tag)
+    if raw is None:
+        return False, "no exemption tag"
+    try:
+        until = parse_exemption(raw)
+    except ValueError:
+        return False, f"exemption tag {params.exempt_tag}={raw!r} is not an ISO date: ignored"
+    if until <= now:
+        return False, f"exemption expired at {until.isoformat()}"
+    if until - now > params.max_exemption:
+        return False, (
+            f"exemption until {until.date()} exceeds the maximum of "
+            f"{params.max_exemption.days} days: ignored"
+        )
+    return True, f"exempt until {until.isoformat()}"
+
+
+def protection_status(node: Node, params: IdleParams) -> tuple[bool, str]:
+    if node.asg and node.asg in params.protected_asgs:
+        return True, f"protected: ASG {node.asg}"
+    for key, values in params.protected_tags:
+        if node.tags.get(key) in values:
+            return True, f"protected: tag {key}={node.tags[key]}"
+    return False, "not protected"
+
+
+def reclaim_action(node: Node) -> Action:
+    if node.asg:
+        return "scale-in"
+    if node.market == "spot":
+        return "terminate"
+    if node.market == "on-demand" and node.ebs_root:
+        return "stop"
+    # Capacity Blocks and reservations are prepaid; instance-store roots cannot be stopped.
+    return "report-only"
+
+
+@dataclass(frozen=True)
+class Decision:
+    instance_id: str
+    state: UtilState
+    step: Step
+    action: Action
+    reason: str
+    utilization: Utilization
+    marked_at: datetime | None = None
+    act_after: datetime | None = None
+
+
+def decide(
+    node: Node,
+    util: Utilization,
+    marked_at: datetime | None,
+    now: datetime,
+    params: IdleParams,
+) -> Decision:
+    """What to do with one node this cycle, given its utilization and any earlier mark.
+
+    The act time is ``marked_at + grace`` compared with ``>=``, so a missed cycle delays an
+    action, never skips it.
+    """
+    action = reclaim_action(node)
+    exempt, why_exempt = exemption_status(node.tags, now, params)
+    protected, why_prot = protection_status(node, params)
+
+    def d(step: Step, reason: str) -> Decision:
+        act_after = marked_at + params.grace if marked_at else None
+        if step == "mark":
+            act_after = now + params.grace
+        return Decision(
+            node.instance_id, util.state, step, action, reason, util, marked_at, act_after
+        )
+
+    if exempt or protected:
+        why = why_exempt if exempt else why_prot
+        if marked_at:
+            return d("unmark", f"{why}; removing idle mark")
+        return d("none", f"{util.state}: {util.reason}; {why}")
+    suffix = f"; {why_exempt}" if node.tags.get(params.exempt_tag) else ""
+    if util.state == "busy":
+        if marked_at:
+            return d("unmark", f"busy again: {util.reason}")
+        return d("none", f"busy: {util.reason}")
+    if util.state == "unknown":
+        return d("none", f"blind (never reclaimed): {util.reason}")
+    if action == "report-only":
+        return d("none", f"idle: {util.reason}; {node.market} capacity is reported only{suffix}")
+    if marked_at is None:
+        return d("mark", f"idle: {util.reason}{suffix}")
+    if now >= marked_at + params.grace:
+        return d("act", f"idle since {marked_at.isoformat()}: {util.reason}{suffix}")
+    return d("wait", f"idle, grace until {(marked_at + params.grace).isoformat()}{suffix}")

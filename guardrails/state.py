@@ -1,0 +1,193 @@
+"""Durable daemon state in SQLite: marks, action intents, the Slack outbox, spend and egress
+snapshots, and a small key-value table (circuit breaker, last cycle summary).
+
+Every write commits immediately (autocommit + WAL), so a SIGKILL loses at most the statement
+in flight: an action's intent is on disk before the API call is made.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS marks (
+  instance_id TEXT PRIMARY KEY, region TEXT NOT NULL, marked_at TEXT NOT NULL,
+  action TEXT NOT NULL, reason TEXT NOT NULL, dry_run INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS actions (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, instance_id TEXT NOT NULL,
+  region TEXT NOT NULL, kind TEXT NOT NULL, status TEXT NOT NULL, created_at TEXT NOT NULL,
+  updated_at TEXT NOT NULL, detail TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS outbox (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, dedupe_key TEXT NOT NULL UNIQUE, alert_key TEXT NOT NULL,
+  payload TEXT NOT NULL, created_at TEXT NOT NULL, next_attempt_at TEXT NOT NULL,
+  attempts INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, sent_at TEXT, last_error TEXT);
+CREATE TABLE IF NOT EXISTS spend (
+  ts TEXT NOT NULL, scope TEXT NOT NULL, burn REAL NOT NULL, today REAL NOT NULL,
+  mtd REAL NOT NULL, projected_month REAL NOT NULL, PRIMARY KEY (ts, scope));
+CREATE TABLE IF NOT EXISTS egress (
+  ts TEXT PRIMARY KEY, projected_day_usd REAL NOT NULL, projected_day_gb REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+
+def iso(dt: datetime) -> str:
+    return dt.astimezone(UTC).isoformat()
+
+
+def parse_iso(s: str) -> datetime:
+    return datetime.fromisoformat(s)
+
+
+class State:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+        self.db.row_factory = sqlite3.Row
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=FULL")
+        self.db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.db.close()
+
+    # -- marks -----------------------------------------------------------------------------
+    def marks(self) -> dict[str, sqlite3.Row]:
+        return {r["instance_id"]: r for r in self.db.execute("SELECT * FROM marks")}
+
+    def add_mark(
+        self, instance_id: str, region: str, at: datetime, action: str, *, reason: str, dry: bool
+    ) -> None:
+        self.db.execute(
+            "INSERT OR IGNORE INTO marks VALUES (?,?,?,?,?,?)",
+            (instance_id, region, iso(at), action, reason, int(dry)),
+        )
+
+    def remove_mark(self, instance_id: str) -> None:
+        self.db.execute("DELETE FROM marks WHERE instance_id=?", (instance_id,))
+
+    # -- actions (intent before the API call, done after) -----------------------------------
+    def record_intent(
+        self, key: str, instance_id: str, region: str, kind: str, now: datetime
+    ) -> bool:
+        """False when this exact action was already recorded (by an earlier run)."""
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO actions (key, instance_id, region, kind, status, created_at,"
+            " updated_at) VALUES (?,?,?,?, 'intent', ?, ?)",
+            (key, instance_id, region, kind, iso(now), iso(now)),
+        )
+        return cur.rowcount == 1
+
+    def action(self, key: str) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.db.execute(
+            "SELECT * FROM actions WHERE key=?", (key,)
+        ).fetchone()
+        return row
+
+    def finish_action(self, key: str, status: str, now: datetime, detail: str = "") -> None:
+        self.db.execute(
+            "UPDATE actions SET status=?, updated_at=?, detail=? WHERE key=?",
+            (status, iso(now), detail, key),
+        )
+
+    def pending_intents(self) -> list[sqlite3.Row]:
+        return list(self.db.execute("SELECT * FROM actions WHERE status='intent' ORDER BY id"))
+
+    def actions(self) -> list[sqlite3.Row]:
+        return list(self.db.execute("SELECT * FROM actions ORDER BY id"))
+
+    # -- outbox ------------------------------------------------------------------------------
+    def enqueue(
+        self, dedupe_key: str, alert_key: str, payload: dict[str, Any], now: datetime
+    ) -> bool:
+        cur = self.db.execute(
+            "INSERT OR IGNORE INTO outbox (dedupe_key, alert_key, payload, created_at,"
+            " next_attempt_at, status) VALUES (?,?,?,?,?, 'pending')",
+            (dedupe_key, alert_key, json.dumps(payload), iso(now), iso(now)),
+        )
+        return cur.rowcount == 1
+
+    def remember(self, dedupe_key: str, alert_key: str, now: datetime) -> None:
+        """Record an event as handled without sending it (cooldown, or folded into another)."""
+        self.db.execute(
+            "INSERT OR IGNORE INTO outbox (dedupe_key, alert_key, payload, created_at,"
+            " next_attempt_at, status) VALUES (?,?, '{}', ?,?, 'suppressed')",
+            (dedupe_key, alert_key, iso(now), iso(now)),
+        )
+
+    def last_alert(self, alert_key: str) -> datetime | None:
+        row = self.db.execute(
+            "SELECT MAX(created_at) AS t FROM outbox WHERE alert_key=? AND status!='suppressed'",
+            (alert_key,),
+        ).fetchone()
+        return parse_iso(row["t"]) if row and row["t"] else None
+
+    def due(self, now: datetime, limit: int = 100) -> list[sqlite3.Row]:
+        return list(
+            self.db.execute(
+                "SELECT * FROM outbox WHERE status='pending' AND next_attempt_at<=? ORDER BY id"
+                " LIMIT ?",
+                (iso(now), limit),
+            )
+        )
+
+    def outbox_depth(self) -> int:
+        return int(
+            self.db.execute("SELECT COUNT(*) FROM outbox WHERE status='pending'").fetchone()[0]
+        )
+
+    def outbox_rows(self) -> list[sqlite3.Row]:
+        return list(self.db.execute("SELECT * FROM outbox ORDER BY id"))
+
+    def mark_sent(self, row_id: int, now: datetime) -> None:
+        self.db.execute(
+            "UPDATE outbox SET status='sent', sent_at=?, attempts=attempts+1 WHERE id=?",
+            (iso(now), row_id),
+        )
+
+    def retry_later(self, row_id: int, when: datetime, error: str, give_up: bool) -> None:
+        self.db.execute(
+            "UPDATE outbox SET attempts=attempts+1, next_attempt_at=?, last_error=?, status=?"
+            " WHERE id=?",
+            (iso(when), error, "failed" if give_up else "pending", row_id),
+        )
+
+    # -- snapshots ---------------------------------------------------------------------------
+    def add_spend(
+        self, now: datetime, scope: str, *, burn: float, today: float, mtd: float, proj: float
+    ) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO spend VALUES (?,?,?,?,?,?)",
+            (iso(now), scope, burn, today, mtd, proj),
+        )
+
+    def last_spend(self, scope: str) -> sqlite3.Row | None:
+        row: sqlite3.Row | None = self.db.execute(
+            "SELECT * FROM spend WHERE scope=? ORDER BY ts DESC LIMIT 1", (scope,)
+        ).fetchone()
+        return row
+
+    def add_egress(self, now: datetime, usd: float, gb: float) -> None:
+        self.db.execute("INSERT OR REPLACE INTO egress VALUES (?,?,?)", (iso(now), usd, gb))
+
+    def egress_history(self, since: datetime, before: datetime) -> list[float]:
+        return [
+            r[0]
+            for r in self.db.execute(
+                "SELECT projected_day_usd FROM egress WHERE ts>=? AND ts<? ORDER BY ts",
+                (iso(since), iso(before)),
+            )
+        ]
+
+    # -- kv ----------------------------------------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any:
+        row = self.db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()
+        return json.loads(row[0]) if row else default
+
+    def put(self, key: str, value: Any) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value, default=str))
+        )

@@ -1,0 +1,182 @@
+"""``coreburst plan`` through the CLI: totals equal the catalog arithmetic, done here by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.catalog import load_catalog
+from infra.cli import app
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "preview"
+CAT = load_catalog()
+H = CAT.hours_per_month  # 730
+GP3 = CAT.ebs_gp3_usd_per_gb_month.value  # 0.08
+NAT_H = CAT.nat_gateway.usd_per_hour.value  # 0.045
+
+
+def _dev_monthly() -> float:
+    p5 = CAT.instance("p5.48xlarge").on_demand_usd_per_hour["us-east-1"].value  # 55.04
+    spot = p5 * CAT.spot_fraction_of_on_demand.value  # x 0.45
+    lustre = CAT.fsx_lustre_usd_per_gb_month["PERSISTENT_2"]["125"].value  # 0.145
+    return (
+        2 * spot * H  # 2 spot p5 nodes
+        + 2 * 512 * GP3  # their 512 GiB gp3 root volumes
+        + 1200 * lustre  # 1,200 GiB PERSISTENT_2 at 125 MB/s/TiB
+        + NAT_H * H  # one NAT gateway, no processed data
+    )
+
+
+def _prod_monthly() -> float:
+    p5en_cb = CAT.instance("p5en.48xlarge").capacity_block_usd_per_hour["us-east-2"].value
+    trn2 = CAT.instance("trn2.48xlarge").on_demand_usd_per_hour["us-east-2"].value
+    lustre = CAT.fsx_lustre_usd_per_gb_month["PERSISTENT_2"]["1000"].value
+    dx100 = CAT.direct_connect_port_usd_per_hour["100Gbps"].value
+    endpoint = CAT.vpc_interface_endpoint_usd_per_hour.value
+    return (
+        16 * p5en_cb * H  # 16 p5en on a Capacity Block
+        + 4 * trn2 * H  # 4 trn2 on-demand
+        + (16 + 4) * 1024 * GP3  # 1 TiB gp3 root volume per node
+        + 38_400 * lustre  # EFA-enabled Lustre, 1000 MB/s/TiB
+        + 2 * dx100 * H  # two 100G dedicated ports
+        + NAT_H * H
+        + 5 * endpoint * H  # ssm, ssmmessages, ec2messages, monitoring, logs
+    )
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(app, ["plan", *args])
+
+
+def as_json(*args: str) -> dict[str, Any]:
+    result = invoke(*args, "--format", "json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_catalog_figures_are_the_ones_written_down() -> None:
+    assert round(_dev_monthly(), 2) == 36_450.05
+    assert round(_prod_monthly(), 2) == 690_186.55
+
+
+@pytest.mark.parametrize(("stack", "expected"), [("dev", _dev_monthly), ("prod", _prod_monthly)])
+def test_totals_equal_the_catalog_arithmetic(stack: str, expected: Any) -> None:
+    doc = as_json("-s", stack)
+    assert doc["totals"]["monthlyUsd"] == pytest.approx(expected(), abs=0.01)
+    assert sum(x["monthlyUsd"] for x in doc["lines"]) == pytest.approx(expected(), abs=0.05)
+    assert doc["policies"] == {"checked": 17, "passed": True, "violations": []}
+
+
+def test_json_lines_are_per_resource() -> None:
+    doc = as_json("-s", "dev")
+    assert [(x["category"], x["item"]) for x in doc["lines"]] == [
+        ("compute", "dev-p5-asg"),
+        ("storage", "dev-p5-asg/volumes"),
+        ("storage", "lustre-fs"),
+        ("network", "net-nat-us-east-1a"),
+    ]
+    assert doc["lines"][0]["detail"] == "2 x p5.48xlarge spot @ $24.768/h"
+    assert doc["region"] == "us-east-1"
+    assert doc["resourceCount"] == 41  # the dev program's custom AWS resources
+
+
+def test_table_prints_total_and_verdict() -> None:
+    result = invoke("-s", "dev")
+    assert result.exit_code == 0
+    assert "36,450.05" in result.stdout
+    assert "policies: PASS (17 policies, no violations)" in result.stdout
+
+
+def test_markdown_for_pr_comments() -> None:
+    result = invoke("-s", "dev", "--format", "markdown")
+    assert result.exit_code == 0
+    md = result.stdout
+    assert md.startswith("### coreburst plan: `dev` (us-east-1, offline evaluation)\n")
+    assert "| category | resource | detail | $/hour | $/month |" in md
+    assert "| **total** | | | **49.93** | **36,450.05** |" in md
+    assert md.rstrip().endswith("**Policies: PASS** (17 policies, no violations)")
+
+
+def test_egress_is_priced_with_the_catalog_tiers() -> None:
+    doc = as_json("-s", "dev", "--egress-gb", "5000")
+    egress = next(x for x in doc["lines"] if x["item"] == "internet-egress")
+    assert egress["monthlyUsd"] == pytest.approx((5000 - 100) * 0.09)  # first 100 GB free
+    assert doc["totals"]["monthlyUsd"] == pytest.approx(_dev_monthly() + 441.0, abs=0.01)
+
+
+def test_compare_prints_the_difference_line_by_line() -> None:
+    doc = as_json("-s", "dev", "--compare", "prod")
+    cmp = doc["compare"]
+    assert cmp["stack"] == "prod"
+    assert cmp["totals"]["deltaUsd"] == pytest.approx(_prod_monthly() - _dev_monthly(), abs=0.01)
+    lustre = next(x for x in cmp["lines"] if x["item"] == "lustre-fs")
+    assert lustre == {
+        "item": "lustre-fs",
+        "monthlyUsd": 174.0,
+        "otherMonthlyUsd": 23_040.0,
+        "deltaUsd": 22_866.0,
+    }
+    md = invoke("-s", "dev", "--compare", "prod", "--format", "markdown").stdout
+    assert "| `lustre-fs` | 174.00 | 23,040.00 | +22,866.00 |" in md
+
+
+def test_preview_json_prices_what_pulumi_will_do() -> None:
+    # The fixture grows dev-p5-asg from 1 to 2 nodes and deletes a second NAT gateway:
+    # the new state is priced, the deleted gateway is not.
+    doc = as_json("-s", "dev", "--preview-json", str(FIXTURES / "dev.json"))
+    assert doc["source"] == "pulumi preview (dev.json)"
+    assert doc["totals"]["monthlyUsd"] == pytest.approx(_dev_monthly(), abs=0.01)
+    assert [x["item"] for x in doc["lines"] if x["category"] == "network"] == ["net-nat-us-east-1a"]
+    assert doc["policies"]["passed"] is True
+
+
+def test_violations_are_reported(tmp_path: Path) -> None:
+    cfg = tmp_path / "policy.json"
+    cfg.write_text(json.dumps({"monthly-cost-ceiling": {"monthlyCeilingUsd": 10_000}}))
+    result = invoke("-s", "dev", "--policy-config", str(cfg), "--format", "markdown")
+    assert result.exit_code == 0
+    assert "**Policies: FAIL** (1 violations)" in result.stdout
+    assert (
+        "- `mandatory` **monthly-cost-ceiling**: estimated monthly cost $36,450 exceeds the "
+        "ceiling $10,000 (monthlyCeilingUsd) by $26,450; top cost lines: dev-p5-asg $36,161, "
+        "lustre-fs $174, dev-p5-asg/volumes $82"
+    ) in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("truncated.json", "not valid JSON (Expecting ',' delimiter at line 1)"),
+        (
+            "no-steps.json",
+            "preview JSON has no 'steps' list; pass the output of `pulumi preview --json`",
+        ),
+        ("step-without-type.json", "preview JSON steps[0] (create) has no newState type and urn"),
+        ("missing.json", "cannot read preview JSON"),
+    ],
+)
+def test_malformed_preview_json(name: str, message: str) -> None:
+    result = invoke("-s", "dev", "--preview-json", str(FIXTURES / name))
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_unknown_stack() -> None:
+    result = invoke("-s", "nope")
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: no stack 'nope': Pulumi.nope.yaml not found (known: ")
+    assert result.stderr.count("\n") == 1
+    compare = invoke("-s", "dev", "--compare", "nope")
+    assert compare.exit_code == 2
+    assert compare.stderr.startswith("error: no stack 'nope'")
+
+
+def test_bad_format_is_a_usage_error() -> None:
+    assert invoke("-s", "dev", "--format", "yaml").exit_code == 2
