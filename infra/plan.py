@@ -97,7 +97,10 @@ def build_report(
         source = "offline evaluation"
     lines = price_resources(resources, load_catalog(), egress_gb=egress_gb, nat_gb_per_month=nat_gb)
     violations = run_policies(resources, _policy_config(stack, policy_config))
-    return Report(stack, source, stack_region(resources), lines, violations, len(all_policies()))
+    aws = sum(1 for r in resources if r.resource_type.startswith("aws:"))
+    return Report(
+        stack, source, stack_region(resources), lines, violations, len(all_policies()), aws
+    )
 
 
 # -- rendering ------------------------------------------------------------------------------
