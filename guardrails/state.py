@@ -31,6 +31,8 @@ CREATE TABLE IF NOT EXISTS spend (
 CREATE TABLE IF NOT EXISTS egress (
   ts TEXT PRIMARY KEY, projected_day_usd REAL NOT NULL, projected_day_gb REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS lease (
+  name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
 """
 
 
@@ -191,3 +193,18 @@ class State:
         self.db.execute(
             "INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value, default=str))
         )
+
+    # -- leader lease ----------------------------------------------------------------------
+    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_s: float) -> bool:
+        """Take or renew the lease ``name`` for ``owner``; False while another owner holds an
+        unexpired one. One statement, so two daemons on one file cannot both win."""
+        cur = self.db.execute(
+            "INSERT INTO lease VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
+            " owner=excluded.owner, expires=excluded.expires"
+            " WHERE lease.owner=excluded.owner OR lease.expires<?",
+            (name, owner, now.timestamp() + ttl_s, now.timestamp()),
+        )
+        return cur.rowcount == 1
+
+    def release_lease(self, name: str, owner: str) -> None:
+        self.db.execute("DELETE FROM lease WHERE name=? AND owner=?", (name, owner))

@@ -1,0 +1,353 @@
+"""Daemon state in DynamoDB, behind the same interface as the SQLite store.
+
+Used when the daemon runs as a scheduled Lambda: invocations can overlap, so every write that
+decides something (an action's intent, an alert's first enqueue, the leader lease) is a
+conditional write — the second writer loses cleanly instead of acting twice.
+
+One table, key ``(pk, sk)``: ``pk`` names the record kind, ``sk`` the record. Rows come back as
+plain dicts with the same keys as the SQLite rows.
+
+    >>> state = DynamoState(boto3.resource("dynamodb").Table("coreburst-state"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from boto3.dynamodb.conditions import Attr, Key
+from botocore.exceptions import ClientError
+
+from guardrails.state import iso, parse_iso
+
+Row = dict[str, Any]
+
+
+def _conditional_failed(exc: ClientError) -> bool:
+    """True only when a write lost on its condition (someone else wrote first)."""
+    code = exc.response.get("Error", {}).get("Code", "")
+    if code == "TransactionCanceledException":
+        reasons = exc.response.get("CancellationReasons", [])
+        return any(r.get("Code") == "ConditionalCheckFailed" for r in reasons)
+    return code == "ConditionalCheckFailedException"
+
+
+def _plain(item: dict[str, Any]) -> Row:
+    out: Row = {}
+    for k, v in item.items():
+        if k in ("pk", "sk"):
+            continue
+        if isinstance(v, Decimal):
+            out[k] = int(v) if v == v.to_integral_value() else float(v)
+        else:
+            out[k] = v
+    return out
+
+
+def _num(x: float) -> Decimal:
+    return Decimal(repr(float(x)))
+
+
+class DynamoState:
+    def __init__(self, table: Any) -> None:
+        self.table = table
+        # The resource's client takes plain Python values, also in transactions.
+        self.client = table.meta.client
+
+    def close(self) -> None:
+        """Nothing to close; present for interface parity with the SQLite store."""
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _query(self, pk: str, **kw: Any) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = []
+        args: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(pk), **kw}
+        if "sk_between" in args:
+            lo, hi = args.pop("sk_between")
+            args["KeyConditionExpression"] = Key("pk").eq(pk) & Key("sk").between(lo, hi)
+        while True:
+            page = self.table.query(**args)
+            items.extend(page.get("Items", []))
+            if "LastEvaluatedKey" not in page or "Limit" in args:
+                return items
+            args["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _next_id(self, counter: str) -> int:
+        resp = self.table.update_item(
+            Key={"pk": "counter", "sk": counter},
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": 1},
+            ReturnValues="UPDATED_NEW",
+        )
+        return int(resp["Attributes"]["n"])
+
+    def _put_new(self, item: dict[str, Any]) -> bool:
+        try:
+            self.table.put_item(Item=item, ConditionExpression=Attr("pk").not_exists())
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    # -- marks -----------------------------------------------------------------------------
+    def marks(self) -> dict[str, Row]:
+        return {i["sk"]: _plain(i) for i in self._query("mark")}
+
+    def add_mark(
+        self, instance_id: str, region: str, at: datetime, action: str, *, reason: str, dry: bool
+    ) -> None:
+        self._put_new(
+            {
+                "pk": "mark",
+                "sk": instance_id,
+                "instance_id": instance_id,
+                "region": region,
+                "marked_at": iso(at),
+                "action": action,
+                "reason": reason,
+                "dry_run": int(dry),
+            }
+        )
+
+    def remove_mark(self, instance_id: str) -> None:
+        self.table.delete_item(Key={"pk": "mark", "sk": instance_id})
+
+    # -- actions ---------------------------------------------------------------------------
+    def record_intent(
+        self, key: str, instance_id: str, region: str, kind: str, now: datetime
+    ) -> bool:
+        """False when this exact action was already recorded — by this or another run."""
+        if self.table.get_item(Key={"pk": "action", "sk": key}).get("Item"):
+            return False
+        return self._put_new(
+            {
+                "pk": "action",
+                "sk": key,
+                "id": self._next_id("action"),
+                "key": key,
+                "instance_id": instance_id,
+                "region": region,
+                "kind": kind,
+                "status": "intent",
+                "created_at": iso(now),
+                "updated_at": iso(now),
+                "detail": "",
+            }
+        )
+
+    def action(self, key: str) -> Row | None:
+        item = self.table.get_item(Key={"pk": "action", "sk": key}).get("Item")
+        return _plain(item) if item else None
+
+    def finish_action(self, key: str, status: str, now: datetime, detail: str = "") -> None:
+        self.table.update_item(
+            Key={"pk": "action", "sk": key},
+            UpdateExpression="SET #s = :s, updated_at = :u, detail = :d",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":s": status, ":u": iso(now), ":d": detail},
+            ConditionExpression=Attr("pk").exists(),
+        )
+
+    def actions(self) -> list[Row]:
+        return sorted((_plain(i) for i in self._query("action")), key=lambda r: r["id"])
+
+    def pending_intents(self) -> list[Row]:
+        return [r for r in self.actions() if r["status"] == "intent"]
+
+    # -- outbox ----------------------------------------------------------------------------
+    def _outbox_insert(
+        self, dedupe_key: str, alert_key: str, payload: str, now: datetime, status: str
+    ) -> bool:
+        if self.table.get_item(Key={"pk": "outbox", "sk": dedupe_key}).get("Item"):
+            return False
+        row_id = self._next_id("outbox")
+        item = {
+            "pk": "outbox",
+            "sk": dedupe_key,
+            "id": row_id,
+            "dedupe_key": dedupe_key,
+            "alert_key": alert_key,
+            "payload": payload,
+            "created_at": iso(now),
+            "next_attempt_at": iso(now),
+            "attempts": 0,
+            "status": status,
+            "sent_at": None,
+            "last_error": None,
+        }
+        try:
+            # The event and its id index land together, or neither does.
+            self.client.transact_write_items(
+                TransactItems=[
+                    {
+                        "Put": {
+                            "TableName": self.table.name,
+                            "Item": item,
+                            "ConditionExpression": "attribute_not_exists(pk)",
+                        }
+                    },
+                    {
+                        "Put": {
+                            "TableName": self.table.name,
+                            "Item": {"pk": "outbox-id", "sk": f"{row_id:012d}", "ref": dedupe_key},
+                        }
+                    },
+                ]
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def enqueue(
+        self, dedupe_key: str, alert_key: str, payload: dict[str, Any], now: datetime
+    ) -> bool:
+        return self._outbox_insert(dedupe_key, alert_key, json.dumps(payload), now, "pending")
+
+    def remember(self, dedupe_key: str, alert_key: str, now: datetime) -> None:
+        self._outbox_insert(dedupe_key, alert_key, "{}", now, "suppressed")
+
+    def outbox_rows(self) -> list[Row]:
+        return sorted((_plain(i) for i in self._query("outbox")), key=lambda r: r["id"])
+
+    def last_alert(self, alert_key: str) -> datetime | None:
+        times = [
+            r["created_at"]
+            for r in self.outbox_rows()
+            if r["alert_key"] == alert_key and r["status"] != "suppressed"
+        ]
+        return parse_iso(max(times)) if times else None
+
+    def due(self, now: datetime, limit: int = 100) -> list[Row]:
+        rows = [
+            r
+            for r in self.outbox_rows()
+            if r["status"] == "pending" and r["next_attempt_at"] <= iso(now)
+        ]
+        return rows[:limit]
+
+    def outbox_depth(self) -> int:
+        return sum(1 for r in self.outbox_rows() if r["status"] == "pending")
+
+    def _outbox_key(self, row_id: int) -> str:
+        item = self.table.get_item(Key={"pk": "outbox-id", "sk": f"{row_id:012d}"}).get("Item")
+        if not item:
+            raise KeyError(f"no outbox row {row_id}")
+        return str(item["ref"])
+
+    def mark_sent(self, row_id: int, now: datetime) -> None:
+        self.table.update_item(
+            Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
+            UpdateExpression="SET #s = :s, sent_at = :t ADD attempts :one",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={":s": "sent", ":t": iso(now), ":one": 1},
+        )
+
+    def retry_later(self, row_id: int, when: datetime, error: str, give_up: bool) -> None:
+        self.table.update_item(
+            Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
+            UpdateExpression="SET #s = :s, next_attempt_at = :w, last_error = :e ADD attempts :one",
+            ExpressionAttributeNames={"#s": "status"},
+            ExpressionAttributeValues={
+                ":s": "failed" if give_up else "pending",
+                ":w": iso(when),
+                ":e": error,
+                ":one": 1,
+            },
+        )
+
+    # -- snapshots -------------------------------------------------------------------------
+    def add_spend(
+        self, now: datetime, scope: str, *, burn: float, today: float, mtd: float, proj: float
+    ) -> None:
+        self.table.put_item(
+            Item={
+                "pk": f"spend#{scope}",
+                "sk": iso(now),
+                "ts": iso(now),
+                "scope": scope,
+                "burn": _num(burn),
+                "today": _num(today),
+                "mtd": _num(mtd),
+                "projected_month": _num(proj),
+            }
+        )
+
+    def last_spend(self, scope: str) -> Row | None:
+        items = self._query(f"spend#{scope}", ScanIndexForward=False, Limit=1)
+        return _plain(items[0]) if items else None
+
+    def add_egress(self, now: datetime, usd: float, gb: float) -> None:
+        self.table.put_item(
+            Item={
+                "pk": "egress",
+                "sk": iso(now),
+                "ts": iso(now),
+                "projected_day_usd": _num(usd),
+                "projected_day_gb": _num(gb),
+            }
+        )
+
+    def egress_history(self, since: datetime, before: datetime) -> list[float]:
+        items = self._query("egress", sk_between=(iso(since), iso(before)))
+        return [
+            float(i["projected_day_usd"])
+            for i in sorted(items, key=lambda i: i["sk"])
+            if i["sk"] < iso(before)
+        ]
+
+    # -- kv --------------------------------------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any:
+        item = self.table.get_item(Key={"pk": "kv", "sk": key}).get("Item")
+        return json.loads(item["value"]) if item else default
+
+    def put(self, key: str, value: Any) -> None:
+        self.table.put_item(Item={"pk": "kv", "sk": key, "value": json.dumps(value, default=str)})
+
+    # -- leader lease ----------------------------------------------------------------------
+    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_s: float) -> bool:
+        """Take or renew the lease ``name`` for ``owner``; False while another owner holds an
+        unexpired one. Only the holder may act."""
+        expires = now.timestamp() + ttl_s
+        try:
+            self.table.put_item(
+                Item={"pk": "lease", "sk": name, "owner": owner, "expires": _num(expires)},
+                ConditionExpression=Attr("pk").not_exists()
+                | Attr("owner").eq(owner)
+                | Attr("expires").lt(_num(now.timestamp())),
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
+    def release_lease(self, name: str, owner: str) -> None:
+        try:
+            self.table.delete_item(
+                Key={"pk": "lease", "sk": name}, ConditionExpression=Attr("owner").eq(owner)
+            )
+        except ClientError as exc:
+            if not _conditional_failed(exc):
+                raise
+
+
+def create_table(dynamodb: Any, name: str) -> Any:
+    """Create the state table (tests, local runs); the Pulumi component creates it in AWS."""
+    table = dynamodb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": "pk", "KeyType": "HASH"},
+            {"AttributeName": "sk", "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    table.wait_until_exists()
+    return table

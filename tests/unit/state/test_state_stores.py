@@ -1,0 +1,144 @@
+"""One suite, run against both state stores: SQLite (default) and DynamoDB (on moto)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from guardrails.state import State
+from guardrails.state_dynamo import DynamoState, create_table
+
+T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def opener(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: Any
+) -> Iterator[Callable[[], Any]]:
+    """Opens a new handle on one shared store, as a second daemon would."""
+    if request.param == "sqlite":
+        yield lambda: State(tmp_path / "state.sqlite")
+        return
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        ddb = boto3.resource("dynamodb", region_name="us-east-1")
+        table = create_table(ddb, "coreburst-state")
+        yield lambda: DynamoState(table)
+
+
+@pytest.fixture
+def store(opener: Callable[[], Any]) -> Any:
+    return opener()
+
+
+def test_marks(store: Any) -> None:
+    store.add_mark("i-1", "us-east-1", T0, "stop", reason="idle 30m", dry=False)
+    store.add_mark("i-1", "us-east-1", T0 + timedelta(hours=1), "stop", reason="again", dry=False)
+    marks = store.marks()
+    assert list(marks) == ["i-1"]
+    assert marks["i-1"]["marked_at"] == T0.isoformat()  # the first mark is kept
+    assert marks["i-1"]["reason"] == "idle 30m"
+    store.remove_mark("i-1")
+    assert store.marks() == {}
+
+
+def test_action_intent_is_recorded_once(store: Any) -> None:
+    assert store.record_intent("stop:i-1:1", "i-1", "us-east-1", "stop", T0) is True
+    assert store.record_intent("stop:i-1:1", "i-1", "us-east-1", "stop", T0) is False
+    assert [r["key"] for r in store.pending_intents()] == ["stop:i-1:1"]
+    store.finish_action("stop:i-1:1", "done", T0 + timedelta(seconds=5), "stopped")
+    assert store.pending_intents() == []
+    row = store.action("stop:i-1:1")
+    assert (row["status"], row["detail"]) == ("done", "stopped")
+    assert store.action("nope") is None
+
+
+def test_two_runs_racing_act_once(opener: Callable[[], Any]) -> None:
+    wins: list[bool] = []
+    lock = threading.Lock()
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        store = opener()  # each racer has its own connection / client
+        barrier.wait()
+        won = store.record_intent("terminate:i-9:1", "i-9", "us-east-1", "terminate", T0)
+        with lock:
+            wins.append(won)
+
+    if isinstance(store, State):
+        pytest.skip(
+            "sqlite connections are per-thread; the cross-process race is in the daemon suite"
+        )
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(wins) == [False, False, False, True]
+
+
+def test_outbox_dedupe_retry_and_delivery(store: Any) -> None:
+    assert store.enqueue("idle:i-1:mark", "idle:i-1", {"text": "a"}, T0) is True
+    assert store.enqueue("idle:i-1:mark", "idle:i-1", {"text": "a"}, T0) is False
+    store.remember("idle:i-2:mark", "idle:i-2", T0)
+    assert store.outbox_depth() == 1
+    (row,) = store.due(T0)
+    store.retry_later(row["id"], T0 + timedelta(seconds=30), "HTTP 429", give_up=False)
+    assert store.due(T0 + timedelta(seconds=10)) == []
+    (again,) = store.due(T0 + timedelta(seconds=30))
+    assert again["attempts"] == 1 and again["last_error"] == "HTTP 429"
+    store.mark_sent(again["id"], T0 + timedelta(seconds=31))
+    assert store.outbox_depth() == 0
+    rows = store.outbox_rows()
+    assert [r["status"] for r in rows] == ["sent", "suppressed"]
+    assert rows[0]["attempts"] == 2
+    assert store.last_alert("idle:i-1") == T0
+    assert store.last_alert("idle:i-2") is None  # suppressed events are not alerts
+
+
+def test_outbox_gives_up_after_retries(store: Any) -> None:
+    store.enqueue("k", "a", {"text": "x"}, T0)
+    (row,) = store.due(T0)
+    store.retry_later(row["id"], T0, "HTTP 500", give_up=True)
+    assert store.due(T0 + timedelta(days=1)) == []
+    assert store.outbox_rows()[0]["status"] == "failed"
+
+
+def test_spend_and_egress_snapshots(store: Any) -> None:
+    store.add_spend(T0, "team=ml", burn=110.08, today=500.0, mtd=9000.0, proj=80000.0)
+    store.add_spend(
+        T0 + timedelta(minutes=1), "team=ml", burn=55.04, today=501.0, mtd=9001.0, proj=79000.0
+    )
+    last = store.last_spend("team=ml")
+    assert last["burn"] == pytest.approx(55.04) and last["projected_month"] == 79000.0
+    assert store.last_spend("team=other") is None
+    for i, usd in enumerate([10.0, 12.0, 50.0]):
+        store.add_egress(T0 + timedelta(hours=i), usd, usd * 11)
+    assert store.egress_history(T0, T0 + timedelta(hours=2)) == [10.0, 12.0]
+
+
+def test_kv(store: Any) -> None:
+    assert store.get("breaker", {"failures": 0}) == {"failures": 0}
+    store.put("breaker", {"failures": 3, "since": T0})
+    assert store.get("breaker") == {"failures": 3, "since": str(T0)}
+
+
+def test_leader_lease(store: Any) -> None:
+    assert store.acquire_lease("leader", "daemon-a", T0, 120) is True
+    assert store.acquire_lease("leader", "daemon-b", T0 + timedelta(seconds=60), 120) is False
+    assert store.acquire_lease("leader", "daemon-a", T0 + timedelta(seconds=60), 120) is True
+    # Expired: the other daemon takes over.
+    assert store.acquire_lease("leader", "daemon-b", T0 + timedelta(seconds=200), 120) is True
+    assert store.acquire_lease("leader", "daemon-a", T0 + timedelta(seconds=201), 120) is False
+    store.release_lease("leader", "daemon-a")  # not the holder: no effect
+    assert store.acquire_lease("leader", "daemon-a", T0 + timedelta(seconds=202), 120) is False
+    store.release_lease("leader", "daemon-b")
+    assert store.acquire_lease("leader", "daemon-a", T0 + timedelta(seconds=203), 120) is True
