@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from infra.onprem.cli import app as onprem_app
 from infra.plan import plan
 from infra.tco.cli import app as tco_app
 
@@ -18,6 +19,7 @@ app = typer.Typer(
 )
 app.command("plan")(plan)
 app.add_typer(tco_app)
+app.add_typer(onprem_app, name="onprem", help="Configure and validate on-prem DGX nodes.")
 
 
 @app.callback()

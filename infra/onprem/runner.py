@@ -258,6 +258,9 @@ def run_playbook(
     elif not tracker.hosts:
         outcome.exit_code = EXIT_BAD_INPUT
         outcome.error = "no hosts matched; check --limit and the inventory"
+    elif kind == "validate" and not any(h.checks for h in tracker.hosts.values()):
+        outcome.exit_code = EXIT_BAD_INPUT
+        outcome.error = f"no acceptance checks ran; check --tags {tags!r}"
     return outcome
 
 

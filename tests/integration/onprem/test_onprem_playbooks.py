@@ -222,3 +222,22 @@ def test_unreachable_host_exits_2(tmp_path: Path) -> None:
     assert result.exit_code == 2
     assert "error: unreachable host(s): dgx-gone" in result.output
     assert "Traceback" not in result.output
+
+
+def test_site_check_mode_writes_nothing(tmp_path: Path) -> None:
+    nodes = [
+        {
+            "name": f"check-{x}",
+            "groups": ["dgx_nodes", "subnet_managers"] if x == "a" else ["subnet_managers"],
+            "sm_priority": prio,
+            "vars": _local(coreburst_root=str(tmp_path / x)),
+        }
+        for x, prio in (("a", 15), ("b", 14))
+    ]
+    inv = write_inventory(_fleet(nodes, coreburst_manage_system=False), tmp_path / "hosts.yml")
+    # The subnet manager layer: assert, directory, then templates into that missing directory.
+    out = run_playbook("apply", inv, check=True, tags="sm")
+    assert out.exit_code == 0, out.to_json()
+    assert all(h.changed > 0 for h in out.hosts.values())  # it would change things...
+    assert not (tmp_path / "a").exists()  # ...but wrote nothing
+    assert not (tmp_path / "b").exists()

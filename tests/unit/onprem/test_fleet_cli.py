@@ -212,3 +212,22 @@ def test_cli_render_inventory_bad_fleet(tmp_path: Path) -> None:
 
 def test_fleet_model_is_strict() -> None:
     assert Fleet.model_config.get("extra") == "forbid"
+
+
+def test_live_progress_shows_each_host() -> None:
+    import io
+
+    from rich.console import Console
+
+    from infra.onprem.runner import _progress
+
+    buf = io.StringIO()
+    console = Console(file=buf, width=120, force_terminal=False)
+    progress = _progress(console)
+    assert progress is not None
+    t = EventTracker(progress)
+    with progress:
+        t({"event": "playbook_on_task_start", "event_data": {"task": "Run dcgmi diag"}})
+        t(_ev("runner_on_ok", "dgx-01", task="Run dcgmi diag", changed=False))
+    text = buf.getvalue()
+    assert "dgx-01" in text and "ok=1 changed=0 failed=0" in text and "Run dcgmi diag" in text
