@@ -11,6 +11,7 @@ Env overrides use the ``COREBURST_`` prefix and ``__`` for nesting, e.g.
 
 from __future__ import annotations
 
+import os
 import re
 from datetime import timedelta
 from pathlib import Path
@@ -177,7 +178,7 @@ class StateConfig(_Strict):
 
 class MetricsEndpointConfig(_Strict):
     enabled: bool = True
-    port: int = Field(default=9464, ge=0, le=65535)
+    port: int = Field(default=9108, ge=0, le=65535)
 
 
 class GuardrailsConfig(BaseSettings):
@@ -236,6 +237,10 @@ def parse_config(text: str, origin: str = "<config>") -> GuardrailsConfig:
         raise ConfigError(f"{origin}: not valid YAML{where}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{origin}: top level must be a mapping of settings")
+    # The deploy units set the flat COREBURST_STATE_PATH; the nested form is STATE__PATH.
+    flat_state = os.environ.get("COREBURST_STATE_PATH")
+    if flat_state and "COREBURST_STATE__PATH" not in os.environ:
+        data = {**data, "state": {**(data.get("state") or {}), "path": flat_state}}
     try:
         cfg = GuardrailsConfig(**data)
     except ValidationError as exc:

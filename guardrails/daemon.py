@@ -7,6 +7,7 @@ the safety rules (dry-run, kill switch, per-cycle cap, circuit breaker).
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import time
@@ -247,6 +248,17 @@ class Daemon:
                     self.state.finish_action(
                         r["key"], "done", self.clock.now(), "confirmed after restart"
                     )
+                    # The crash may have come before the alert was stored: store it now
+                    # (same dedupe key, so it is delivered once either way).
+                    self.alert(
+                        Alert(
+                            f"act:{r['key']}",
+                            f"act:{r['instance_id']}",
+                            f"Idle node {r['instance_id']} {_verb(r['kind'])}",
+                            [f"*{r['instance_id']}*: {r['kind']} confirmed after a restart."],
+                        ),
+                        cooldown=timedelta(0),
+                    )
                     self.audit(
                         "action.confirmed-after-restart",
                         key=r["key"],
@@ -421,7 +433,10 @@ class Daemon:
             ids = ", ".join(sorted(d.instance_id for d in blind)[:20])
             self.alert(
                 Alert(
-                    f"blind:{','.join(sorted(d.instance_id for d in blind))}",
+                    "blind:"
+                    + hashlib.sha1(
+                        ",".join(sorted(d.instance_id for d in blind)).encode()
+                    ).hexdigest()[:16],
                     "blind",
                     f"{len(blind)} GPU node(s) without usable utilization data",
                     [

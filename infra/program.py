@@ -176,7 +176,11 @@ def _guardrails(
             daemon_config={
                 "regions": [cfg.region],
                 "dry_run": cfg.guardrails.dry_run,
-                "managed_tag": {STACK_TAG_KEY: stack},
+                # Lambda has no persistent disk: the audit log goes to CloudWatch via stdout
+                # and state to DynamoDB (set through the function's environment).
+                "state": {"audit_log": "/tmp/coreburst-audit.jsonl"},
+                "safety": {"kill_switch_file": None},
+                "metrics_endpoint": {"enabled": False},
             },
         ),
         opts=opts,

@@ -1,0 +1,348 @@
+"""``coreburst guardrails ...`` / ``python -m guardrails ...``.
+
+$ python -m guardrails check-config guardrails/examples/guardrails.yaml
+$ python -m guardrails once --config guardrails/examples/guardrails.yaml
+$ python -m guardrails explain i-0123456789abcdef0 --config guardrails.yaml
+$ python -m guardrails demo
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import structlog
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from guardrails.clock import Clock, OffsetClock, SystemClock
+from guardrails.config import ConfigError, GuardrailsConfig, load_config
+from guardrails.state import State
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Idle-GPU reclaim, spend limits and egress alerts for the AWS burst fleet.",
+)
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="YAML config (see guardrails/examples/guardrails.yaml)"),
+]
+
+
+def configure_logging(level: str) -> None:
+    lvl = getattr(logging, level.upper(), logging.INFO)
+    structlog.configure(
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.JSONRenderer(sort_keys=True),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(lvl),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=False,
+    )
+
+
+def fail(msg: str, code: int = 2) -> typer.Exit:
+    typer.echo(f"error: {msg}", err=True)
+    return typer.Exit(code)
+
+
+def clock_from_env() -> Clock:
+    """COREBURST_CLOCK_START / COREBURST_CLOCK_SPEED let tests and demos shift time."""
+    start = os.environ.get("COREBURST_CLOCK_START")
+    if not start:
+        return SystemClock()
+    try:
+        return OffsetClock(
+            datetime.fromisoformat(start), float(os.environ.get("COREBURST_CLOCK_SPEED", "1"))
+        )
+    except ValueError:
+        raise fail(f"COREBURST_CLOCK_START={start!r} is not an ISO datetime") from None
+
+
+def _load(config: Path | None) -> GuardrailsConfig:
+    try:
+        return load_config(config)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+
+
+@contextmanager
+def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
+    from guardrails.aws import Aws
+    from guardrails.daemon import Daemon
+    from guardrails.slack import webhook_url
+
+    try:
+        url = webhook_url(cfg.slack)
+    except ConfigError as exc:
+        raise fail(str(exc)) from None
+    state = State(cfg.state.path)
+    d = Daemon(cfg, Aws(cfg.aws), state, clock=clock or clock_from_env(), webhook_url=url)
+    try:
+        yield d
+    finally:
+        d.close()
+        state.close()
+
+
+def _cycle(d: Any) -> Any:
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from guardrails.daemon import AwsUnreachableError
+
+    try:
+        return d.run_cycle()
+    except AwsUnreachableError as exc:
+        raise fail(str(exc)) from None
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        raise fail(
+            f"AWS refused {exc.operation_name}: {err.get('Code')}: {err.get('Message')}"
+        ) from None
+    except BotoCoreError as exc:
+        raise fail(f"AWS error: {exc}") from None
+
+
+def print_report(r: Any, console: Console) -> None:
+    console.print(
+        f"[bold]cycle {r.at.isoformat()}[/]: {r.nodes} nodes "
+        + ", ".join(f"{k} {v}" for k, v in sorted(r.states.items()))
+    )
+    for d in r.decisions:
+        if d.step != "none" or d.state == "unknown":
+            console.print(f"  {d.instance_id}: {d.state} → {d.step} ({d.action}): {d.reason}")
+    for a in r.actions:
+        console.print(f"  [red]action[/] {a}")
+    for scope, s in r.spend.items():
+        console.print(
+            f"  spend {scope}: ${s['burn_usd_per_hour']:,.2f}/h, today ${s['today_usd']:,.2f}, "
+            f"MTD ${s['month_to_date_usd']:,.2f}, projected month ${s['projected_month_usd']:,.2f}"
+        )
+    if r.egress:
+        console.print(
+            f"  egress: projected ${r.egress['projected_day_usd']:,.2f}/day"
+            + (f" [yellow]ALERT[/] {r.egress['alert']}" if r.egress.get("alert") else "")
+        )
+    for e in r.errors:
+        console.print(f"  [yellow]error[/] {e}")
+
+
+@app.command("check-config")
+def check_config(
+    path: Annotated[Path | None, typer.Argument(help="YAML config to validate")] = None,
+    config: ConfigOpt = None,
+) -> None:
+    """Validate a config file and exit (0 = valid, 2 = invalid)."""
+    path = path or config
+    if path is None:
+        raise fail("give the config file: check-config PATH (or --config PATH)")
+    cfg = _load(path)
+    typer.echo(
+        f"ok: {path}: regions {', '.join(cfg.regions)}; {len(cfg.spend.scopes)} spend scope(s); "
+        f"{'dry-run' if cfg.dry_run else 'acting'}"
+    )
+
+
+@app.command()
+def once(
+    config: ConfigOpt = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "warning",
+) -> None:
+    """Run one cycle and print what it saw and did."""
+    configure_logging(log_level)
+    cfg = _load(config)
+    with _daemon(cfg) as d:
+        print_report(_cycle(d), Console())
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    max_cycles: Annotated[int, typer.Option(help="stop after N cycles (0 = forever)")] = 0,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+) -> None:
+    """Run the daemon loop: a cycle every `interval`, reloading the config file as it changes."""
+    from botocore.exceptions import BotoCoreError, ClientError
+    from prometheus_client import start_http_server
+
+    from guardrails.daemon import AwsUnreachableError
+
+    configure_logging(log_level)
+    log = structlog.get_logger("guardrails")
+    cfg = _load(config)
+    stop = {"flag": False}
+
+    def _term(*_: Any) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, _term)
+    mtime = config.stat().st_mtime if config else 0.0
+    with _daemon(cfg) as d:
+        if cfg.metrics_endpoint.enabled:
+            start_http_server(
+                cfg.metrics_endpoint.port, addr="127.0.0.1", registry=d.metrics.registry
+            )
+        n = 0
+        while not stop["flag"] and (max_cycles == 0 or n < max_cycles):
+            n += 1
+            if config is not None:
+                try:
+                    m = config.stat().st_mtime
+                    if m != mtime:
+                        mtime = m
+                        d.cfg = load_config(config)
+                        log.info("config.reloaded", path=str(config))
+                except (ConfigError, OSError) as exc:
+                    # Keep running on the last good config.
+                    log.error("config.rejected", error=str(exc))
+            started = d.clock.now()
+            try:
+                report = d.run_cycle()
+                log.info(
+                    "cycle.done",
+                    nodes=report.nodes,
+                    actions=len(report.actions),
+                    alerts=report.alerts_queued,
+                    errors=len(report.errors),
+                )
+            except (AwsUnreachableError, ClientError, BotoCoreError) as exc:
+                log.error("cycle.failed", error=str(exc))
+            if max_cycles and n >= max_cycles:
+                break
+            elapsed = (d.clock.now() - started).total_seconds()
+            d.clock.sleep(max(0.0, d.cfg.interval.total_seconds() - elapsed))
+
+
+@app.command()
+def status(config: ConfigOpt = None) -> None:
+    """Marks, spend per scope, egress, blind nodes and the outbox, from the state file."""
+    cfg = _load(config)
+    if not cfg.state.path.exists():
+        raise fail(f"no state at {cfg.state.path}: run `once` or `run` first", 1)
+    st = State(cfg.state.path)
+    console = Console()
+    last = st.get("last_cycle", {})
+    console.print(
+        f"[bold]last cycle[/] {last.get('at', 'never')}: {last.get('nodes', 0)} nodes "
+        f"{last.get('states', {})}"
+    )
+    t = Table("instance", "marked at", "action", "reason", title="Idle marks")
+    for r in st.marks().values():
+        t.add_row(
+            r["instance_id"],
+            r["marked_at"],
+            r["action"] + (" (dry-run)" if r["dry_run"] else ""),
+            r["reason"],
+        )
+    console.print(t)
+    t = Table("scope", "$/h", "today", "month to date", "projected month", title="Spend")
+    for scope, s in last.get("spend", {}).items():
+        t.add_row(
+            scope,
+            f"{s['burn_usd_per_hour']:,.2f}",
+            f"{s['today_usd']:,.2f}",
+            f"{s['month_to_date_usd']:,.2f}",
+            f"{s['projected_month_usd']:,.2f}",
+        )
+    console.print(t)
+    eg = last.get("egress") or {}
+    if eg:
+        console.print(
+            f"[bold]egress[/] projected ${eg['projected_day_usd']:,.2f}/day; top: "
+            + ", ".join(f"{k} {gb:,.1f} GB" for k, gb in eg.get("top_talkers", []))
+        )
+    blind = last.get("blind", [])
+    console.print(f"[bold]blind nodes[/] {len(blind)}")
+    for b in blind:
+        console.print(f"  {b['instance_id']}: {b['reason']}")
+    console.print(f"[bold]outbox[/] {st.outbox_depth()} pending")
+    for a in st.actions()[-10:]:
+        console.print(f"  action {a['kind']} {a['instance_id']} {a['status']} {a['updated_at']}")
+    st.close()
+
+
+@app.command()
+def explain(
+    instance_id: Annotated[str, typer.Argument(help="e.g. i-0123456789abcdef0")],
+    config: ConfigOpt = None,
+) -> None:
+    """Why a node is (or is not) idle, with the numbers behind the decision. Changes nothing."""
+    from guardrails.daemon import idle_params
+    from guardrails.idle import decide
+    from guardrails.state import parse_iso
+
+    configure_logging("warning")
+    if not instance_id.startswith("i-"):
+        raise fail(f"{instance_id!r} is not an instance id (i-...)")
+    cfg = _load(config)
+    with _daemon(cfg) as d:
+        from guardrails.daemon import AwsUnreachableError
+
+        try:
+            nodes = [n for n in d.observe() if n.instance_id == instance_id]
+        except AwsUnreachableError as exc:
+            raise fail(str(exc)) from None
+        if not nodes:
+            raise fail(
+                f"{instance_id} is not a running instance of a watched type in "
+                f"{', '.join(cfg.regions)}",
+                1,
+            )
+        n = nodes[0]
+        util = d.utilization([n])[n.instance_id]
+        row = d.state.marks().get(n.instance_id)
+        dec = decide(
+            n, util, parse_iso(row["marked_at"]) if row else None, d.clock.now(), idle_params(cfg)
+        )
+        c = Console()
+        c.print(
+            f"[bold]{n.instance_id}[/] {n.instance_type} {n.market} {n.region} "
+            f"asg={n.asg or '-'} price={d.price(n)} $/h owner: {d.owner(n)}"
+        )
+        c.print(f"state: [bold]{dec.state}[/]; next step: {dec.step} ({dec.action})")
+        c.print(f"utilization: {util.reason}")
+        c.print(f"decision: {dec.reason}")
+        t = Table(
+            "device",
+            "max %",
+            "datapoints",
+            "first",
+            "last",
+            "largest gap s",
+            title=f"window {cfg.idle.window}, threshold {cfg.idle.threshold_percent}%",
+        )
+        for s in util.devices:
+            t.add_row(
+                s.device,
+                "-" if s.max_value is None else f"{s.max_value:.1f}",
+                str(s.datapoints),
+                str(s.first or "-"),
+                str(s.last or "-"),
+                "-" if s.largest_gap_s is None else f"{s.largest_gap_s:.0f}",
+            )
+        c.print(t)
+
+
+def _register_demo() -> None:
+    from guardrails.demo import demo
+
+    app.command("demo")(demo)
+
+
+_register_demo()
+
+
+def main() -> None:
+    app()

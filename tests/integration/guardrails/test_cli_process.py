@@ -1,0 +1,257 @@
+"""The CLI as a user runs it, in subprocesses: SIGKILL mid-cycle and restart, bad configs,
+an unreachable endpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guardrails.emulator import (
+    FleetNode,
+    MotoProcess,
+    WebhookReceiver,
+    fake_session,
+    free_port,
+    launch,
+    publish,
+)
+
+from .conftest import METRICS, config_text
+
+pytestmark = pytest.mark.integration
+
+
+def env(t: datetime, hook: WebhookReceiver | None, **extra: str) -> dict[str, str]:
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("COREBURST_", "AWS_"))}
+    e.update(
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        COREBURST_CLOCK_START=t.isoformat(),
+        **extra,
+    )
+    if hook:
+        e["COREBURST_SLACK_WEBHOOK_URL"] = hook.url
+    return e
+
+
+def once(cfg: Path, e: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "guardrails", "once", "--config", str(cfg)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def killed_at(cfg: Path, e: dict[str, str], point: str, marker: Path) -> None:
+    """Run one cycle, wait until it reaches ``point``, then SIGKILL it."""
+    e = {**e, "COREBURST_TEST_PAUSE_AT": f"{point}:{marker}"}
+    p = subprocess.Popen(
+        [sys.executable, "-m", "guardrails", "once", "--config", str(cfg)],
+        env=e,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists():
+        assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        assert time.monotonic() < deadline, "never reached the pause point"
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    marker.unlink()
+
+
+def audit(tmp: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (tmp / "audit.jsonl").read_text().splitlines()]
+
+
+def test_sigkill_mid_cycle_neither_repeats_an_action_nor_loses_an_alert(
+    moto: MotoProcess, hook: WebhookReceiver, tmp_path: Path, t0: datetime
+) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path))
+    sess = fake_session()
+    ec2 = sess.client("ec2", region_name="us-east-1", endpoint_url=moto.url)
+    cw = sess.client("cloudwatch", region_name="us-east-1", endpoint_url=moto.url)
+    node = FleetNode(
+        launch(ec2, "p5.48xlarge", {"owner": "alice"})[0], "us-east-1", "nvidia", 8, "idle"
+    )
+    publish(
+        {"us-east-1": cw},
+        [node],
+        t0 - timedelta(minutes=40),
+        t0 + timedelta(minutes=30),
+        metric_defs=METRICS,
+    )
+    marker = tmp_path / "paused"
+
+    # 1. killed right after the mark alert was stored, before it was sent
+    killed_at(cfg, env(t0, hook), "after-enqueue", marker)
+    assert hook.posts == []
+    r = once(cfg, env(t0 + timedelta(minutes=1), hook))
+    assert r.returncode == 0, r.stderr
+    assert [t for t in hook.titles() if "will be stopped" in t] == [
+        f"Idle node {node.instance_id} will be stopped"
+    ]
+
+    # 2. after the grace: killed after StopInstances returned, before it was recorded done
+    t_act = t0 + timedelta(minutes=21)
+    killed_at(cfg, env(t_act, hook), "after-action", marker)
+    state = ec2.describe_instances(InstanceIds=[node.instance_id])
+    assert state["Reservations"][0]["Instances"][0]["State"]["Name"] in ("stopping", "stopped")
+    r = once(cfg, env(t_act + timedelta(minutes=1), hook))
+    assert r.returncode == 0, r.stderr
+    events = audit(tmp_path)
+    executed = [e for e in events if e["event"] == "action.executed"]
+    assert executed == []  # the killed run never got to record it...
+    confirmed = [e for e in events if e["event"] == "action.confirmed-after-restart"]
+    assert [e["instance_id"] for e in confirmed] == [node.instance_id]  # ...the restart did
+    # a third run does nothing more
+    r = once(cfg, env(t_act + timedelta(minutes=5), hook))
+    assert r.returncode == 0, r.stderr
+    assert not [e for e in audit(tmp_path) if e["event"] == "action.executed"]
+    titles = hook.titles()
+    assert titles.count(f"Idle node {node.instance_id} stopped") == 1
+    assert len(titles) == len(set(titles))
+
+
+def test_sigkill_after_intent_acts_once_after_restart(
+    moto: MotoProcess, hook: WebhookReceiver, tmp_path: Path, t0: datetime
+) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path))
+    sess = fake_session()
+    ec2 = sess.client("ec2", region_name="us-east-1", endpoint_url=moto.url)
+    cw = sess.client("cloudwatch", region_name="us-east-1", endpoint_url=moto.url)
+    node = FleetNode(launch(ec2, "p5.48xlarge", {}, spot=True)[0], "us-east-1", "nvidia", 8, "idle")
+    publish(
+        {"us-east-1": cw},
+        [node],
+        t0 - timedelta(minutes=40),
+        t0 + timedelta(minutes=30),
+        metric_defs=METRICS,
+    )
+    assert once(cfg, env(t0, hook)).returncode == 0
+    marker = tmp_path / "paused"
+    killed_at(cfg, env(t0 + timedelta(minutes=21), hook), "after-intent", marker)
+    st = ec2.describe_instances(InstanceIds=[node.instance_id])
+    assert st["Reservations"][0]["Instances"][0]["State"]["Name"] == "running"
+    r = once(cfg, env(t0 + timedelta(minutes=22), hook))
+    assert r.returncode == 0, r.stderr
+    kinds = [e["event"] for e in audit(tmp_path) if e["event"].startswith("action.")]
+    assert kinds == ["action.intent-dropped", "action.executed"]
+    assert hook.titles().count(f"Idle node {node.instance_id} terminated") == 1
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "needle"),
+    [
+        ("idle: {window: 30 minutes}\n", "idle.window"),
+        ("reclaim: {action: nuke}\n", "reclaim.action"),
+        ("safety: {max_actions_per_cycle: lots}\n", "safety.max_actions_per_cycle"),
+    ],
+)
+def test_bad_config_one_line_no_action(tmp_path: Path, yaml_text: str, needle: str) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(yaml_text)
+    r = subprocess.run(
+        [sys.executable, "-m", "guardrails", "once", "--config", str(cfg)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_unreachable_endpoint_clear_error_and_no_action(tmp_path: Path, t0: datetime) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(f"http://127.0.0.1:{free_port()}", tmp_path))
+    r = once(cfg, env(t0, None))
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot reach AWS" in lines[0], r.stderr
+    assert "Traceback" not in r.stderr
+    assert (
+        not [e for e in audit(tmp_path) if e["event"].startswith("action")]
+        if (tmp_path / "audit.jsonl").exists()
+        else True
+    )
+
+
+def test_bad_cli_args(tmp_path: Path) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "guardrails", "explain", "not-an-id"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={
+            **os.environ,
+            "COREBURST_STATE__PATH": str(tmp_path / "s.db"),
+            "COREBURST_STATE__AUDIT_LOG": str(tmp_path / "a.jsonl"),
+        },
+    )
+    assert r.returncode == 2
+    assert "not an instance id" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_status_and_explain_show_the_numbers(
+    moto: MotoProcess, hook: WebhookReceiver, tmp_path: Path, t0: datetime
+) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path))
+    sess = fake_session()
+    ec2 = sess.client("ec2", region_name="us-east-1", endpoint_url=moto.url)
+    cw = sess.client("cloudwatch", region_name="us-east-1", endpoint_url=moto.url)
+    idle = FleetNode(
+        launch(ec2, "p5.48xlarge", {"owner": "a"})[0], "us-east-1", "nvidia", 8, "idle"
+    )
+    blind = launch(ec2, "p5.48xlarge", {"owner": "b"})[0]
+    publish(
+        {"us-east-1": cw},
+        [idle],
+        t0 - timedelta(minutes=40),
+        t0 + timedelta(minutes=1),
+        metric_defs=METRICS,
+    )
+    assert once(cfg, env(t0, hook)).returncode == 0
+    e = {**env(t0, hook), "COLUMNS": "200"}
+    st = subprocess.run(
+        [sys.executable, "-m", "guardrails", "status", "--config", str(cfg)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert st.returncode == 0, st.stderr
+    assert idle.instance_id in st.stdout and "blind nodes 1" in st.stdout
+    assert blind in st.stdout
+    ex = subprocess.run(
+        [sys.executable, "-m", "guardrails", "explain", idle.instance_id, "--config", str(cfg)],
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert ex.returncode == 0, ex.stderr
+    assert "state: idle" in ex.stdout and "below 5%" in ex.stdout
+    assert "2.0" in ex.stdout  # the per-device peak

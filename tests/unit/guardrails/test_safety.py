@@ -1,0 +1,87 @@
+"""Daemon safety rules around one action: dry-run, kill switch, per-cycle cap, breaker."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+
+from guardrails.aws import Aws
+from guardrails.clock import FakeClock
+from guardrails.config import parse_config
+from guardrails.daemon import Daemon
+from guardrails.state import State
+
+
+def make(tmp: Path, extra: str = "") -> Daemon:
+    cfg = parse_config(
+        f"""
+safety: {{max_actions_per_cycle: 2, breaker_failures: 3, breaker_reset: 30m,
+          kill_switch_file: "{tmp}/stop"}}
+state: {{path: "{tmp}/s.db", audit_log: "{tmp}/a.jsonl"}}
+{extra}
+"""
+    )
+    clock = FakeClock(datetime(2026, 5, 5, 12, tzinfo=UTC))
+    return Daemon(cfg, Aws(cfg.aws), State(cfg.state.path), clock=clock)
+
+
+def ok() -> str:
+    return "StopInstances"
+
+
+def boom() -> str:
+    raise ClientError({"Error": {"Code": "Throttling", "Message": "slow down"}}, "StopInstances")
+
+
+def act(d: Daemon, key: str, call: Any = ok) -> bool:
+    return d.execute(key, f"i-{key}", "us-east-1", "stop", reason="test", call=call)
+
+
+def test_cap_per_cycle(tmp_path: Path) -> None:
+    d = make(tmp_path)
+    assert [act(d, k) for k in "abc"] == [True, True, False]
+    d._actions_this_cycle = 0  # next cycle
+    assert act(d, "c")
+
+
+def test_same_action_is_never_run_twice(tmp_path: Path) -> None:
+    d = make(tmp_path)
+    calls: list[int] = []
+
+    def counted() -> str:
+        calls.append(1)
+        return "StopInstances"
+
+    assert act(d, "a", counted)
+    assert not act(d, "a", counted)
+    assert calls == [1]
+
+
+def test_dry_run_and_kill_switch_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not act(make(tmp_path, "dry_run: true"), "a")
+    d = make(tmp_path)
+    (tmp_path / "stop").write_text("")
+    assert not act(d, "b")
+    (tmp_path / "stop").unlink()
+    monkeypatch.setenv("COREBURST_KILL_SWITCH", "1")
+    assert not act(d, "c")
+    monkeypatch.delenv("COREBURST_KILL_SWITCH")
+    assert act(d, "d")
+
+
+def test_breaker_opens_after_consecutive_failures_and_half_opens(tmp_path: Path) -> None:
+    d = make(tmp_path, "safety: {max_actions_per_cycle: 100, breaker_failures: 3}")
+    assert not any(act(d, f"f{i}", boom) for i in range(3))
+    assert d.breaker_open()
+    assert not act(d, "next")  # refused without calling
+    alerts = [r["dedupe_key"] for r in d.state.outbox_rows()]
+    assert any(k.startswith("breaker:") for k in alerts)
+    assert isinstance(d.clock, FakeClock)
+    d.clock.advance(timedelta(minutes=31))
+    assert not d.breaker_open()
+    assert act(d, "retry")
+    assert d.state.get("breaker")["failures"] == 0
