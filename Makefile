@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 
 ## The main job on the embedded default: offline evaluation of the dev stack with costs.
 demo: setup
-	$(BIN)/coreburst plan --stack dev
+	$(BIN)/coreburst guardrails demo
 
 plan: setup
 	$(BIN)/coreburst plan --stack $(or $(STACK),dev)

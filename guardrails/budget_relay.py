@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 _FIELD = re.compile(
@@ -96,3 +97,49 @@ def notice_lines(
     if top:
         lines.append("Top spenders now: " + ", ".join(f"{who} ${rate:,.2f}/h" for who, rate in top))
     return lines
+
+
+def live_burn(daemon: Any) -> tuple[float, list[tuple[str, float]]]:
+    """The fleet's current $/h and the top five owners by $/h, from the last inventory."""
+    total = 0.0
+    by_owner: dict[str, float] = {}
+    for node in daemon.nodes:
+        rate = daemon.price(node)
+        if rate is None:
+            continue
+        total += rate
+        who = daemon.owner(node)
+        by_owner[who] = by_owner.get(who, 0.0) + rate
+    top = sorted(by_owner.items(), key=lambda kv: -kv[1])[:5]
+    return total, top
+
+
+def relay_budget_notices(daemon: Any, queue_url: str) -> int:
+    """Drain the budget queue into the outbox after a cycle; returns notices relayed.
+
+    Each message is deleted only once its alert is stored (or known), so nothing is lost and
+    nothing is sent twice.
+    """
+    from guardrails.slack import Alert
+
+    region = queue_url.split(".")[1] if queue_url.startswith("https://sqs.") else None
+    sqs = daemon.aws.client("sqs", region or daemon.cfg.regions[0])
+    burn, top = live_burn(daemon)
+    relayed = 0
+    for receipt, notice in receive(sqs, queue_url):
+        daemon.alert(
+            Alert(
+                dedupe_key=f"budget:{notice.message_id}",
+                alert_key=f"budget:{notice.budget_name}:{notice.alert_type}:{notice.threshold}",
+                title=f"Budget alert: {notice.budget_name}",
+                lines=notice_lines(notice, burn, top),
+                severity="critical" if notice.alert_type == "ACTUAL" else "warning",
+            ),
+            cooldown=timedelta(0),
+        )
+        sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=receipt)
+        daemon.audit("budget.relayed", message_id=notice.message_id, budget=notice.budget_name)
+        relayed += 1
+    if relayed:
+        daemon.outbox.flush()
+    return relayed

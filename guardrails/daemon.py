@@ -10,6 +10,7 @@ import functools
 import hashlib
 import json
 import os
+import socket
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -93,8 +94,19 @@ class Daemon:
         metrics: Metrics | None = None,
         webhook_url: str | None = None,
         log: Any = None,
+        owner_id: str | None = None,
     ) -> None:
         self.cfg = cfg
+        # Who holds the leader lease: two daemons (or a Lambda and a long-running daemon) on
+        # one store never both act; the other one observes.
+        # A restarted daemon on the same host and store resumes its own lease at once; set
+        # COREBURST_LEADER_ID to tell apart daemons that share a host name.
+        self.owner_id = (
+            owner_id
+            or os.environ.get("COREBURST_LEADER_ID")
+            or f"{socket.gethostname()}:{cfg.state.path.resolve()}"
+        )
+        self.leader = False
         self.aws = clients
         self.state = state
         self.clock = clock or SystemClock()
@@ -170,6 +182,8 @@ class Daemon:
         """Why acting is not allowed right now, or None."""
         if self.cfg.dry_run:
             return "dry-run"
+        if not self.leader:
+            return "another daemon holds the leader lease"
         ks = self.kill_switch()
         if ks:
             return ks
@@ -229,7 +243,7 @@ class Daemon:
         """After a crash: an intent whose effect is visible is done; one whose effect is not
         was never carried out, so it is forgotten and re-decided from fresh data."""
         pending = self.state.pending_intents()
-        if not pending:
+        if not pending or not self.leader:  # the leader's in-flight intents are its own
             return
         by_region: dict[str, list[Any]] = {}
         for row in pending:
@@ -322,6 +336,12 @@ class Daemon:
         self.report = CycleReport(now)
         self._actions_this_cycle = 0
         before = Counter(self.aws.counter.calls)
+        # The lease outlives a missed cycle or two, so a crashed leader is replaced quickly
+        # but a slow one is not raced.
+        ttl = max(3 * self.cfg.interval.total_seconds(), 180.0)
+        self.leader = self.state.acquire_lease("leader", self.owner_id, now, ttl)
+        if not self.leader:
+            self.audit("leader.standby", owner=self.owner_id)
         try:
             self.recover_intents()
             self.nodes = self.observe()
@@ -353,7 +373,8 @@ class Daemon:
             self.metrics.cycle_failures.inc()
             raise
         finally:
-            self.outbox.flush()
+            if self.leader:  # one sender per store
+                self.outbox.flush()
             self.metrics.outbox_depth.set(self.state.outbox_depth())
             for op, n in (self.aws.counter.calls - before).items():
                 self.metrics.api_calls.labels(op).inc(n)
@@ -449,6 +470,10 @@ class Daemon:
             )
 
     def _apply(self, n: Node, d: Decision) -> None:
+        if not self.leader and d.step != "none":
+            # A standby daemon decides and reports but never tags or acts.
+            self.audit("standby.skip", instance_id=n.instance_id, step=d.step)
+            return
         now = self.clock.now()
         ec2 = self.aws.client("ec2", n.region)
         price = self.price(n)

@@ -133,10 +133,7 @@ class Outbox:
         """Store the alert for delivery; False if a duplicate or within the key's cooldown."""
         now = self.clock.now()
         cd = self.cfg.cooldown if cooldown is None else cooldown
-        seen = self.state.db.execute(
-            "SELECT 1 FROM outbox WHERE dedupe_key=?", (alert.dedupe_key,)
-        ).fetchone()
-        if seen:
+        if self.state.has_event(alert.dedupe_key):
             return False
         last = self.state.last_alert(alert.alert_key)
         if last is not None and now - last < cd:

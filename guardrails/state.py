@@ -112,6 +112,10 @@ class State:
         )
         return cur.rowcount == 1
 
+    def has_event(self, dedupe_key: str) -> bool:
+        row = self.db.execute("SELECT 1 FROM outbox WHERE dedupe_key=?", (dedupe_key,))
+        return row.fetchone() is not None
+
     def remember(self, dedupe_key: str, alert_key: str, now: datetime) -> None:
         """Record an event as handled without sending it (cooldown, or folded into another)."""
         self.db.execute(

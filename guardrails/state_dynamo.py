@@ -207,6 +207,9 @@ class DynamoState:
     ) -> bool:
         return self._outbox_insert(dedupe_key, alert_key, json.dumps(payload), now, "pending")
 
+    def has_event(self, dedupe_key: str) -> bool:
+        return "Item" in self.table.get_item(Key={"pk": "outbox", "sk": dedupe_key})
+
     def remember(self, dedupe_key: str, alert_key: str, now: datetime) -> None:
         self._outbox_insert(dedupe_key, alert_key, "{}", now, "suppressed")
 

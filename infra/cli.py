@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import typer
 
+from guardrails.cli import app as guardrails_app
 from infra.onprem.cli import app as onprem_app
 from infra.plan import plan
 from infra.tco.cli import app as tco_app
@@ -19,6 +20,9 @@ app = typer.Typer(
 )
 app.command("plan")(plan)
 app.add_typer(tco_app)
+app.add_typer(
+    guardrails_app, name="guardrails", help="Spend limits, idle-GPU reclaim and egress alerts."
+)
 app.add_typer(onprem_app, name="onprem", help="Configure and validate on-prem DGX nodes.")
 
 

@@ -16,7 +16,7 @@ from guardrails.daemon import Daemon
 from guardrails.state import State
 
 
-def make(tmp: Path, extra: str = "") -> Daemon:
+def make(tmp: Path, extra: str = "", owner: str | None = None) -> Daemon:
     cfg = parse_config(
         f"""
 safety: {{max_actions_per_cycle: 2, breaker_failures: 3, breaker_reset: 30m,
@@ -26,7 +26,20 @@ state: {{path: "{tmp}/s.db", audit_log: "{tmp}/a.jsonl"}}
 """
     )
     clock = FakeClock(datetime(2026, 5, 5, 12, tzinfo=UTC))
-    return Daemon(cfg, Aws(cfg.aws), State(cfg.state.path), clock=clock)
+    d = Daemon(cfg, Aws(cfg.aws), State(cfg.state.path), clock=clock, owner_id=owner)
+    # What run_cycle does first: take the leader lease on the store.
+    d.leader = d.state.acquire_lease("leader", d.owner_id, clock.now(), 180)
+    return d
+
+
+def test_only_the_lease_holder_acts(tmp_path: Path) -> None:
+    first = make(tmp_path, owner="host-a")
+    second = make(tmp_path, owner="host-b")  # a second daemon on the same store
+    assert first.leader and not second.leader
+    assert second.gate() == "another daemon holds the leader lease"
+    assert not act(second, "a")
+    assert act(first, "a")
+    assert make(tmp_path, owner="host-a").leader  # a restarted leader resumes its lease
 
 
 def ok() -> str:
@@ -62,7 +75,7 @@ def test_same_action_is_never_run_twice(tmp_path: Path) -> None:
 
 
 def test_dry_run_and_kill_switch_skip(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not act(make(tmp_path, "dry_run: true"), "a")
+    assert not act(make(tmp_path / "dry", "dry_run: true"), "a")
     d = make(tmp_path)
     (tmp_path / "stop").write_text("")
     assert not act(d, "b")
