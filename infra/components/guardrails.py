@@ -142,7 +142,6 @@ class Guardrails(pulumi.ComponentResource):
 
         env = pulumi.Output.all(self.table.name, self.secret.arn, self.queue.url).apply(
             lambda v: {
-                "COREBURST_STATE_BACKEND": "dynamodb",
                 "COREBURST_STATE_TABLE": v[0],
                 "COREBURST_SLACK_WEBHOOK_SECRET_ARN": v[1],
                 "COREBURST_BUDGET_QUEUE_URL": v[2],

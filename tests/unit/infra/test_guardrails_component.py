@@ -101,7 +101,7 @@ def test_component_resources_and_role_policy() -> None:
     fn = by_name["guardrails-daemon"].inputs
     assert fn["handler"] == "guardrails.lambda_handler.handler"
     assert fn["reservedConcurrentExecutions"] == 1
-    assert fn["environment"]["variables"]["COREBURST_STATE_BACKEND"] == "dynamodb"
+    assert fn["environment"]["variables"]["COREBURST_STATE_TABLE"] == "guardrails-state"
     assert "hooks.slack.com" not in json.dumps(fn["environment"])  # never in state
     sched = by_name["guardrails-cycle"].inputs
     assert sched["scheduleExpression"] == "rate(1 minute)"
