@@ -100,16 +100,20 @@ def notice_lines(
 
 
 def live_burn(daemon: Any) -> tuple[float, list[tuple[str, float]]]:
-    """The fleet's current $/h and the top five owners by $/h, from the last inventory."""
-    total = 0.0
+    """The fleet's current $/h and the top five owners by $/h.
+
+    The total is the account scope's burn the spend rule just recorded (instances, Lustre and
+    Direct Connect); only without one is it summed from the inventory here.
+    """
     by_owner: dict[str, float] = {}
     for node in daemon.nodes:
         rate = daemon.price(node)
-        if rate is None:
-            continue
-        total += rate
-        who = daemon.owner(node)
-        by_owner[who] = by_owner.get(who, 0.0) + rate
+        if rate is not None:
+            who = daemon.owner(node)
+            by_owner[who] = by_owner.get(who, 0.0) + rate
+    account = next((s.name for s in daemon.cfg.spend.scopes if s.tag_key is None), None)
+    snapshot = daemon.state.last_spend(account) if account else None
+    total = float(snapshot["burn"]) if snapshot else sum(by_owner.values())
     top = sorted(by_owner.items(), key=lambda kv: -kv[1])[:5]
     return total, top
 

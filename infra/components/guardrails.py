@@ -17,16 +17,11 @@ import pulumi_aws as aws
 from infra.components import TOKEN_PREFIX
 from infra.guardrails_iam import policy_document
 
-_ASSUME = {
-    "Version": "2012-10-17",
-    "Statement": [{"Effect": "Allow", "Principal": {"Service": "%s"}, "Action": "sts:AssumeRole"}],
-}
-
 
 def _assume(service: str) -> str:
-    doc = json.loads(json.dumps(_ASSUME))
-    doc["Statement"][0]["Principal"]["Service"] = service
-    return json.dumps(doc)
+    """Trust policy letting ``service`` assume the role."""
+    statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+    return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
 
 
 @dataclass
