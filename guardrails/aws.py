@@ -14,6 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
 from guardrails.model import DeviceSeries, Market, Node, Sample
 from infra.catalog import Catalog
@@ -42,7 +43,10 @@ class ApiCounter:
 
 
 class Aws:
-    """A cache of clients per (service, region), all built from one session and config."""
+    """A cache of clients per (service, region), all built from one session and config.
+
+    Its EC2 and CloudWatch clients carry ``guardrails.fastpath``: DescribeInstances answers
+    hold only the fields this package reads."""
 
     def __init__(self, cfg: AwsConfig, session: boto3.session.Session | None = None) -> None:
         self.cfg = cfg
@@ -68,6 +72,7 @@ class Aws:
                 config=self._botocfg,
             )
             self.counter.attach(c)
+            fastpath.install(c)
             self._clients[key] = c
         return self._clients[key]
 
@@ -238,10 +243,8 @@ def get_metric_data(
                 for r in resp.get("MetricDataResults", []):
                     i = int(r["Id"][1:])
                     pts = out.setdefault(i, [])
-                    pts.extend(
-                        Sample(t, float(v))
-                        for t, v in zip(r.get("Timestamps", []), r.get("Values", []), strict=False)
-                    )
+                    values = map(float, r.get("Values", []))
+                    pts.extend(map(Sample, r.get("Timestamps", []), values))
                 token = resp.get("NextToken")
                 if not token:
                     break

@@ -50,19 +50,26 @@ def wait_http(url: str, timeout_s: float = 20.0) -> None:
 class MotoProcess:
     """moto server in its own process (so its CPU is not the client's), on 127.0.0.1."""
 
-    def __init__(self, port: int | None = None) -> None:
+    def __init__(self, port: int | None = None, launcher: list[str] | None = None) -> None:
+        # ``launcher``: the command that runs moto's server (default ``python -m moto.server``);
+        # the benchmark passes one that indexes CloudWatch datapoints first.
+        self.launcher = launcher or [sys.executable, "-m", "moto.server"]
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> MotoProcess:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
+            [*self.launcher, "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
         wait_http(self.url + "/moto-api/")
         return self
+
+    @property
+    def pid(self) -> int | None:
+        return None if self.proc is None else self.proc.pid
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -15,7 +15,7 @@ UNKNOWN ("blind"): reported, never reclaimed. Missing data is never read as zero
 
 from __future__ import annotations
 
-import itertools
+import operator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from typing import Literal
@@ -59,11 +59,11 @@ class Utilization:
 
 
 def _device_stat(device: str, pts: list[Sample], start: datetime, now: datetime) -> DeviceStat:
-    inwin = sorted((p for p in pts if start <= p.timestamp <= now), key=lambda p: p.timestamp)
+    inwin = sorted([p for p in pts if start <= p.timestamp <= now])
     if not inwin:
         return DeviceStat(device, None, 0, None, None, None)
-    edges = [start, *(p.timestamp for p in inwin), now]
-    gap = max((b - a).total_seconds() for a, b in itertools.pairwise(edges))
+    times = [start, *(p.timestamp for p in inwin), now]
+    gap = max(map(operator.sub, times[1:], times[:-1])).total_seconds()
     return DeviceStat(
         device,
         max(p.value for p in inwin),

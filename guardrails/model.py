@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal
+from typing import Literal, NamedTuple
 
 Market = Literal["on-demand", "spot", "capacity-block", "capacity-reservation"]
 
@@ -27,8 +27,9 @@ class Node:
     state: str = "running"
 
 
-@dataclass(frozen=True)
-class Sample:
+class Sample(NamedTuple):
+    # A tuple, not a dataclass: a 1,000-node fleet yields 250,000 per cycle, and tuples are
+    # built and sorted (by timestamp first) at C speed.
     timestamp: datetime
     value: float
 
