@@ -16,7 +16,7 @@ from botocore.config import Config
 
 from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
-from guardrails.model import DeviceSeries, Market, Node, Sample
+from guardrails.model import DeviceSeries, Market, Node, Series
 from infra.catalog import Catalog
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
@@ -200,7 +200,7 @@ def get_metric_data(
     end: datetime,
     period_s: int,
     stat: str,
-) -> tuple[dict[int, list[Sample]], set[int]]:
+) -> tuple[dict[int, Series], set[int]]:
     """Query many series in batches of up to 500 (fewer when the datapoint cap binds).
 
     Returns samples by index into ``refs`` and the indices whose batch failed, so a failed
@@ -208,7 +208,7 @@ def get_metric_data(
     """
     points = max(1, int((end - start).total_seconds() // period_s) + 1)
     batch = max(1, min(MAX_QUERIES_PER_CALL, MAX_DATAPOINTS_PER_CALL // points))
-    out: dict[int, list[Sample]] = {}
+    out: dict[int, Series] = {}
     failed: set[int] = set()
     for base in range(0, len(refs), batch):
         idx = list(range(base, min(base + batch, len(refs))))
@@ -242,9 +242,10 @@ def get_metric_data(
                 resp = cw.get_metric_data(**kw)
                 for r in resp.get("MetricDataResults", []):
                     i = int(r["Id"][1:])
-                    pts = out.setdefault(i, [])
-                    values = map(float, r.get("Values", []))
-                    pts.extend(map(Sample, r.get("Timestamps", []), values))
+                    s = out.get(i)
+                    if s is None:
+                        s = out[i] = Series()
+                    s.extend(r.get("Timestamps", []), map(float, r.get("Values", [])))
                 token = resp.get("NextToken")
                 if not token:
                     break
@@ -280,10 +281,11 @@ def fetch_utilization(
             if i in failed:
                 errors[ref.key] = "GetMetricData failed for this node's batch"
                 continue
-            pts = data.get(i, [])
+            pts = data.get(i, Series())
             # telemetry mode queries devices that may not exist: no points = no series
             if pts or cfg.series_discovery == "list-metrics":
-                series[ref.key].setdefault(ref.device, []).extend(pts)
+                dev = series[ref.key].setdefault(ref.device, Series())
+                dev.extend(pts.timestamps, pts.values)
     return series, errors
 
 
@@ -302,7 +304,7 @@ def sum_bytes(
     period = max(60, int((end - start).total_seconds()) // 60 * 60)
     refs = [SeriesRef(i, "", namespace, metric, ((dim, i),)) for i in id_list]
     data, failed = get_metric_data(cw, refs, start=start, end=end, period_s=period, stat="Sum")
-    return {refs[i].key: sum(p.value for p in pts) for i, pts in data.items()}, bool(failed)
+    return {refs[i].key: sum(s.values) for i, s in data.items()}, bool(failed)
 
 
 # -- prices and other billed resources --------------------------------------------------------

@@ -9,8 +9,8 @@ job directly on the JSON / XML; signing, retries, endpoints, error parsing and p
 botocore's.
 
 - GetMetricData requests: the queries are JSON-encoded as given (they hold only strings and
-  integers, so the bytes are what botocore's serializer would send).
-- GetMetricData and ListMetrics responses: ``json.loads`` plus timestamp conversion.
+  integers, so the document is the one botocore's serializer would send).
+- GetMetricData and ListMetrics responses: decoded with orjson, timestamps converted.
 - DescribeInstances responses (EC2 XML): only the fields ``guardrails.aws`` reads are kept —
   see ``INSTANCE_FIELDS``. A client with these handlers returns nothing else for that call.
 
@@ -23,11 +23,11 @@ errors look exactly as they would without the fast path.
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from datetime import UTC, datetime
 from typing import Any
 
+import orjson
 from botocore.utils import parse_timestamp
 
 _STASH = "coreburst.metric_queries"
@@ -72,9 +72,9 @@ def _inject_queries(params: dict[str, Any], context: dict[str, Any], **_: Any) -
     queries = context.pop(_STASH, None)
     if queries is None:
         return
-    body = json.loads(params["body"])
+    body = orjson.loads(params["body"])
     body["MetricDataQueries"] = queries
-    params["body"] = json.dumps(body).encode()
+    params["body"] = orjson.dumps(body)
 
 
 # -- JSON responses ----------------------------------------------------------------------------
@@ -84,15 +84,15 @@ def _timestamp(value: Any) -> datetime:
     try:
         return datetime.fromisoformat(value)
     except (TypeError, ValueError):
-        return parse_timestamp(value)  # type: ignore[no-any-return]
+        return parse_timestamp(value)
 
 
 def _json_body(model: Any, response: dict[str, Any]) -> dict[str, Any] | None:
     if response.get("status_code") != 200 or not _is_json(model):
         return None
     try:
-        data = json.loads(response["body"])
-    except (TypeError, ValueError):
+        data = orjson.loads(response["body"])
+    except (TypeError, orjson.JSONDecodeError):
         return None
     return data if isinstance(data, dict) else None
 
@@ -106,9 +106,17 @@ def _parse_metric_data(
     data = _json_body(operation_model, response_dict)
     if data is None:
         return
+    # Every series of a batch has the same period boundaries: convert each distinct value
+    # once (31 conversions instead of 15,500 for 500 series over 30 minutes) and share the
+    # resulting datetimes.
     try:
-        for r in data.get("MetricDataResults", []):
-            r["Timestamps"] = [_timestamp(t) for t in r.get("Timestamps", [])]
+        results = data.get("MetricDataResults", [])
+        distinct: set[Any] = set()
+        for r in results:
+            distinct.update(r.get("Timestamps", ()))
+        table = {t: _timestamp(t) for t in distinct}
+        for r in results:
+            r["Timestamps"] = list(map(table.__getitem__, r.get("Timestamps", ())))
     except (TypeError, ValueError, AttributeError):
         return
     customized_response_dict.update(data)

@@ -2,9 +2,9 @@
 
     >>> from datetime import UTC, datetime, timedelta
     >>> from guardrails.idle import IdleParams, assess_utilization
-    >>> from guardrails.model import Sample
+    >>> from guardrails.model import Sample, Series
     >>> now = datetime(2026, 1, 1, 12, tzinfo=UTC)
-    >>> pts = [Sample(now - timedelta(minutes=m), 1.0) for m in range(30, -1, -1)]
+    >>> pts = Series.of(Sample(now - timedelta(minutes=m), 1.0) for m in range(30, -1, -1))
     >>> assess_utilization({"0": pts}, 1, now, IdleParams()).state
     'idle'
 
@@ -15,12 +15,13 @@ UNKNOWN ("blind"): reported, never reclaimed. Missing data is never read as zero
 
 from __future__ import annotations
 
+import bisect
 import operator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from typing import Literal
 
-from guardrails.model import DeviceSeries, Node, Sample
+from guardrails.model import DeviceSeries, Node, Series
 
 UtilState = Literal["idle", "busy", "unknown"]
 Action = Literal["stop", "terminate", "scale-in", "report-only"]
@@ -58,20 +59,17 @@ class Utilization:
     idle_devices: list[str] = field(default_factory=list)
 
 
-def _device_stat(device: str, pts: list[Sample], start: datetime, now: datetime) -> DeviceStat:
-    inwin = sorted([p for p in pts if start <= p.timestamp <= now])
-    if not inwin:
+def _device_stat(device: str, s: Series, start: datetime, now: datetime) -> DeviceStat:
+    ts, vs = s.timestamps, s.values
+    if not all(map(operator.le, ts, ts[1:])):  # CloudWatch answers in order; pages may not
+        order = sorted(range(len(ts)), key=ts.__getitem__)
+        ts, vs = [ts[i] for i in order], [vs[i] for i in order]
+    lo, hi = bisect.bisect_left(ts, start), bisect.bisect_right(ts, now)
+    if lo == hi:
         return DeviceStat(device, None, 0, None, None, None)
-    times = [start, *(p.timestamp for p in inwin), now]
-    gap = max(map(operator.sub, times[1:], times[:-1])).total_seconds()
-    return DeviceStat(
-        device,
-        max(p.value for p in inwin),
-        len(inwin),
-        inwin[0].timestamp,
-        inwin[-1].timestamp,
-        gap,
-    )
+    edges = [start, *ts[lo:hi], now]
+    gap = max(map(operator.sub, edges[1:], edges[:-1])).total_seconds()
+    return DeviceStat(device, max(vs[lo:hi]), hi - lo, ts[lo], ts[hi - 1], gap)
 
 
 def assess_utilization(

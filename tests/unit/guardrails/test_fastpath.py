@@ -185,7 +185,7 @@ def test_get_metric_data_sends_the_same_request_and_returns_the_same_samples() -
     }
     assert slow_failed == fast_failed == set()
     assert fast == slow and len(fast[0]) == 31
-    assert fast[0][1].timestamp == datetime.fromtimestamp(1_795_000_060, UTC)
+    assert fast[0].timestamps[1] == datetime.fromtimestamp(1_795_000_060, UTC)
 
 
 def test_metric_queries_bypass_botocores_model_walk() -> None:

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from guardrails.idle import IdleParams, assess_utilization, decide
-from guardrails.model import Node, Sample
+from guardrails.model import Node, Sample, Series
 
 NOW = datetime(2026, 3, 10, 12, 0, tzinfo=UTC)
 P = IdleParams(
@@ -36,11 +36,11 @@ def node(**kw: object) -> Node:
     return Node(**base)  # type: ignore[arg-type]
 
 
-def flat(value: float, minutes: range = range(30, -1, -1)) -> list[Sample]:
-    return [Sample(NOW - timedelta(minutes=m), value) for m in minutes]
+def flat(value: float, minutes: range = range(30, -1, -1)) -> Series:
+    return Series.of(Sample(NOW - timedelta(minutes=m), value) for m in minutes)
 
 
-def gpus(values: list[float]) -> dict[str, list[Sample]]:
+def gpus(values: list[float]) -> dict[str, Series]:
     return {str(i): flat(v) for i, v in enumerate(values)}
 
 
@@ -52,7 +52,7 @@ def test_all_gpus_below_threshold_for_whole_window_is_idle() -> None:
 
 def test_value_exactly_at_threshold_is_busy() -> None:
     series = gpus([1.0] * 8)
-    series["3"][10] = Sample(series["3"][10].timestamp, 5.0)
+    series["3"].values[10] = 5.0
     assert assess_utilization(series, 8, NOW, P).state == "busy"
 
 
@@ -74,7 +74,9 @@ def test_partial_window_is_unknown() -> None:
 
 
 def test_gap_inside_window_is_unknown() -> None:
-    pts = [p for p in flat(1.0) if not (10 <= (NOW - p.timestamp).total_seconds() / 60 <= 17)]
+    pts = Series.of(
+        p for p in flat(1.0).samples() if not 10 <= (NOW - p.timestamp).total_seconds() / 60 <= 17
+    )
     series = gpus([1.0] * 8)
     series["5"] = pts
     assert assess_utilization(series, 8, NOW, P).state == "unknown"
