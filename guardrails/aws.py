@@ -192,6 +192,44 @@ def discover_series(cw: Any, metric: MetricConfig, nodes: list[Node], mode: str)
     return refs
 
 
+@dataclass
+class _Listing:
+    at: datetime
+    instances: frozenset[str]  # running when the listing was taken
+    refs: dict[str, list[SeriesRef]]
+
+
+class SeriesCache:
+    """ListMetrics answers reused between cycles.
+
+    A 1,000-GPU-node fleet has 8,000 series: 16 ListMetrics pages and a fifth of a cycle's CPU
+    each time. The set changes when instances launch, so a listing is reused for ``refresh``
+    unless an instance that was not running when it was taken shows up. A series that appears
+    later for an instance already known (its agent started late) is picked up at the next
+    refresh; until then that node lacks series and stays UNKNOWN, never idle.
+    """
+
+    def __init__(self, refresh: timedelta) -> None:
+        self.refresh = refresh
+        self._listings: dict[tuple[str, ...], _Listing] = {}
+
+    def get(self, key: tuple[str, ...], nodes: list[Node], now: datetime) -> list[SeriesRef] | None:
+        got = self._listings.get(key)
+        if got is None or now - got.at >= self.refresh or now < got.at:
+            return None
+        if any(n.instance_id not in got.instances for n in nodes):
+            return None
+        return [r for n in nodes for r in got.refs.get(n.instance_id, ())]
+
+    def put(
+        self, key: tuple[str, ...], nodes: list[Node], refs: list[SeriesRef], now: datetime
+    ) -> None:
+        by_node: dict[str, list[SeriesRef]] = {}
+        for r in refs:
+            by_node.setdefault(r.key, []).append(r)
+        self._listings[key] = _Listing(now, frozenset(n.instance_id for n in nodes), by_node)
+
+
 def get_metric_data(
     cw: Any,
     refs: list[SeriesRef],
@@ -255,7 +293,11 @@ def get_metric_data(
 
 
 def fetch_utilization(
-    cw: Any, nodes: list[Node], cfg: IdleConfig, now: datetime
+    cw: Any,
+    nodes: list[Node],
+    cfg: IdleConfig,
+    now: datetime,
+    cache: SeriesCache | None = None,
 ) -> tuple[dict[str, DeviceSeries], dict[str, str]]:
     """Per-node device series, plus nodes that could not be queried (id -> why)."""
     series: dict[str, DeviceSeries] = {n.instance_id: {} for n in nodes}
@@ -268,8 +310,13 @@ def fetch_utilization(
             for n in kind_nodes:
                 errors[n.instance_id] = f"no metric configured for {kind}"
             continue
+        key = (kind_nodes[0].region, metric.namespace, metric.metric_name, metric.device_dimension)
         try:
-            refs = discover_series(cw, metric, kind_nodes, cfg.series_discovery)
+            refs = cache.get(key, kind_nodes, now) if cache else None
+            if refs is None:
+                refs = discover_series(cw, metric, kind_nodes, cfg.series_discovery)
+                if cache and cfg.series_discovery == "list-metrics":
+                    cache.put(key, kind_nodes, refs, now)
         except Exception as exc:
             for n in kind_nodes:
                 errors[n.instance_id] = f"ListMetrics failed: {type(exc).__name__}"
@@ -284,8 +331,11 @@ def fetch_utilization(
             pts = data.get(i, Series())
             # telemetry mode queries devices that may not exist: no points = no series
             if pts or cfg.series_discovery == "list-metrics":
-                dev = series[ref.key].setdefault(ref.device, Series())
-                dev.extend(pts.timestamps, pts.values)
+                devices = series[ref.key]
+                if ref.device in devices:
+                    devices[ref.device].extend(pts.timestamps, pts.values)
+                else:
+                    devices[ref.device] = pts
     return series, errors
 
 

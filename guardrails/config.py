@@ -90,6 +90,9 @@ class IdleConfig(_Strict):
     # Longest tolerated hole in a series, including at the window's start and before "now".
     max_gap: Duration = timedelta(minutes=5)
     series_discovery: Literal["list-metrics", "telemetry"] = "list-metrics"
+    # How long a ListMetrics answer is reused; an instance that was not running when it was
+    # taken triggers a fresh one at once.
+    series_refresh: Duration = timedelta(minutes=10)
     metrics: dict[AcceleratorKind, MetricConfig] = Field(default_factory=_default_metrics)
 
 

@@ -120,6 +120,7 @@ class Daemon:
         self._actions_this_cycle = 0
         self._spot: dict[tuple[str, str], float] = {}
         self._heap_frozen = False
+        self._series_cache = aws.SeriesCache(cfg.idle.series_refresh)
         audit = cfg.state.audit_log
         audit.parent.mkdir(parents=True, exist_ok=True)
         self._audit = audit.open("a", buffering=1)
@@ -433,7 +434,7 @@ class Daemon:
         for region in sorted({n.region for n in nodes}):
             rn = [n for n in nodes if n.region == region]
             cw = self.aws.client("cloudwatch", region)
-            series, errors = aws.fetch_utilization(cw, rn, self.cfg.idle, now)
+            series, errors = aws.fetch_utilization(cw, rn, self.cfg.idle, now, self._series_cache)
             params = idle_params(self.cfg)
             for n in rn:
                 if n.instance_id in errors:
