@@ -35,13 +35,17 @@ unit: setup
 integration: setup
 	$(BIN)/pytest -q -m integration tests/integration
 
+## Figures for one guardrail cycle at 100 / 1,000 / 5,000 instances (not a test; ~20 min).
+bench: setup
+	$(BIN)/python benchmarks/guardrails_cycle.py --sizes $(or $(SIZES),100,1000,5000)
+
 ## The guardrail daemon and its runtime dependencies for AWS Lambda (python3.11, x86_64).
 lambda-package: setup
 	rm -rf build/lambda && mkdir -p build/lambda
 	$(BIN)/pip install --quiet --target build/lambda --platform manylinux2014_x86_64 \
 		--python-version 3.11 --only-binary=:all: \
 		'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'PyYAML>=6,<7' 'slack-sdk>=3.27,<4' \
-		'tenacity>=8.2,<10' 'prometheus-client>=0.20,<1'
+		'tenacity>=8.2,<10' 'prometheus-client>=0.20,<1' 'structlog>=24,<27' 'orjson>=3.9,<4'
 	cp -r guardrails build/lambda/
 	mkdir -p build/lambda/infra/data
 	cp infra/__init__.py infra/catalog.py infra/telemetry.py build/lambda/infra/

@@ -5,7 +5,8 @@ window (85% of nodes busy, 10% idle, 5% sending nothing) and NetworkOut every 5 
 The daemon runs in its default series-discovery mode (ListMetrics, then GetMetricData).
 
 Printed per size:
-- API calls by operation in one cycle, checked against the targets: GetMetricData calls
+- API calls by operation in the first and in the next cycle (the next one reuses the
+  ListMetrics answer: ``idle.series_refresh``), checked against the targets: GetMetricData calls
   <= ceil(series/500)+1 per metric, DescribeInstances pages <= ceil(N/1000) per region;
 - client CPU seconds (``time.process_time``) of the first cycle (cold: it also loads botocore
   service models and builds clients) and of the next one (warm: every later cycle), checked
@@ -26,6 +27,7 @@ import argparse
 import cProfile
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -36,7 +38,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psutil
+import psutil  # type: ignore[import-untyped]
 
 from guardrails.aws import Aws
 from guardrails.cli import configure_logging
@@ -72,7 +74,9 @@ def _profile(i: int) -> str:
     return "missing" if i % 20 == 19 else "idle" if i % 10 == 3 else "busy"
 
 
-def _datapoints(ids: list[str], start: datetime, minutes: int) -> Iterator[tuple[str, dict]]:  # type: ignore[type-arg]
+def _datapoints(
+    ids: list[str], start: datetime, minutes: int
+) -> Iterator[tuple[str, dict[str, Any]]]:
     t0 = start.timestamp()
     for i, iid in enumerate(ids):
         prof = _profile(i)
@@ -164,21 +168,23 @@ metrics_endpoint: {{enabled: false}}
         clock = FakeClock(now)
         d = Daemon(cfg, aws, state, clock=clock)
 
-        def cycle() -> tuple[Any, dict[str, int], float, float, float]:
+        def cycle() -> tuple[Any, dict[str, int], float, float, float, float]:
             before = dict(aws.counter.calls)
             e0 = _cpu(emulator)
-            c0, w0 = time.process_time(), time.perf_counter()
+            t0, c0, w0 = os.times(), time.process_time(), time.perf_counter()
             report = d.run_cycle()
             cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            sys_cpu = os.times().system - t0.system  # socket reads and writes, in the kernel
             calls = {k: v - before.get(k, 0) for k, v in aws.counter.calls.items()}
             clock.advance(timedelta(minutes=1))
-            return report, {k: v for k, v in calls.items() if v}, cpu, wall, _cpu(emulator) - e0
+            emu = _cpu(emulator) - e0
+            return report, {k: v for k, v in calls.items() if v}, cpu, sys_cpu, wall, emu
 
-        _, _, cold_cpu, cold_wall, _ = cycle()
+        _, cold_calls, cold_cpu, _, cold_wall, _ = cycle()
         prof = cProfile.Profile() if profile else None
         if prof:
             prof.enable()
-        report, calls, cpu, wall, emu_cpu = cycle()
+        report, calls, cpu, sys_cpu, wall, emu_cpu = cycle()
         if prof:
             prof.disable()
             prof.dump_stats(str(profile))
@@ -189,7 +195,9 @@ metrics_endpoint: {{enabled: false}}
         d.close()
         state.close()
     series = sum(1 for i in range(n) if _profile(i) != "missing") * 8
-    di = calls.get("DescribeInstances", 0)
+    # the worse of the two cycles
+    di = max(c.get("DescribeInstances", 0) for c in (calls, cold_calls))
+    gmd = max(c.get("GetMetricData", 0) for c in (calls, cold_calls))
     gmd_limit = (math.ceil(series / 500) + 1) + (math.ceil(n / 500) + 1)
     per_k = cpu * 1000 / n
     return {
@@ -198,16 +206,18 @@ metrics_endpoint: {{enabled: false}}
         "setup_s": setup_s,
         "states": dict(report.states),
         "calls": calls,
+        "cold_calls": cold_calls,
         "cold_cpu_s": cold_cpu,
+        "sys_cpu_s": sys_cpu,
         "cold_wall_s": cold_wall,
         "cpu_s": cpu,
         "wall_s": wall,
         "emulator_cpu_s": emu_cpu,
         "peak_mib": peak / 2**20,
         "checks": {
-            f"GetMetricData {calls.get('GetMetricData', 0)} <= {gmd_limit} "
-            f"({series} GPU series, {n} NetworkOut series)": calls.get("GetMetricData", 0)
-            <= gmd_limit,
+            f"GetMetricData {gmd} <= {gmd_limit} ({series} GPU series, {n} NetworkOut series)": (
+                gmd <= gmd_limit
+            ),
             f"DescribeInstances {di} <= {math.ceil(n / 1000)}": di <= math.ceil(n / 1000),
             f"client CPU {per_k:.2f} s per 1,000 instances <= 1.00 s": per_k <= 1.0,
         },
@@ -236,9 +246,14 @@ def main() -> int:
             r = run_size(moto, n, args.profile)
             print(f"\n== {n} instances ({r['datapoints']:,} datapoints, setup {r['setup_s']:.0f}s)")
             print(f"  states: {r['states']}")
-            print("  API calls: " + ", ".join(f"{k}={v}" for k, v in sorted(r["calls"].items())))
+            for label, calls in (("cold", r["cold_calls"]), ("warm", r["calls"])):
+                print(
+                    f"  API calls ({label}): "
+                    + ", ".join(f"{k}={v}" for k, v in sorted(calls.items()))
+                )
             print(
                 f"  client CPU: cold cycle {r['cold_cpu_s']:.3f}s, warm cycle {r['cpu_s']:.3f}s"
+                f" (of which kernel {r['sys_cpu_s']:.3f}s)"
                 f"   peak traced memory {r['peak_mib']:.1f} MiB"
             )
             print(

@@ -61,7 +61,7 @@ def get_metric_data(
     scan_by: str = "TimestampAscending",
 ) -> list[dict[str, Any]]:
     if not queries or any("MetricStat" not in q for q in queries):
-        return _stock_get_metric_data(self, queries, start_time, end_time, scan_by)  # type: ignore[no-any-return]
+        return _stock_get_metric_data(self, queries, start_time, end_time, scan_by)
     start_time = start_time.replace(microsecond=0)
     end_time = end_time.replace(microsecond=0)
     if start_time >= end_time:
@@ -127,4 +127,4 @@ models.CloudWatchBackend.get_filtered_metrics = get_filtered_metrics  # type: ig
 if __name__ == "__main__":
     from moto.server import main
 
-    sys.exit(main(sys.argv[1:]))
+    main(sys.argv[1:])

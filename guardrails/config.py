@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from infra.catalog import load_catalog
@@ -177,6 +184,9 @@ class SlackConfig(_Strict):
 class StateConfig(_Strict):
     path: Path = Path(".coreburst/guardrails.sqlite")
     audit_log: Path = Path(".coreburst/guardrails-audit.jsonl")
+    # Spend and egress snapshots older than this are deleted (hourly); must cover the egress
+    # baseline.
+    snapshot_retention: Duration = timedelta(days=35)
 
 
 class MetricsEndpointConfig(_Strict):
@@ -216,6 +226,15 @@ class GuardrailsConfig(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment wins over the YAML file (the file arrives as init kwargs).
         return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _retention_covers_baseline(self) -> GuardrailsConfig:
+        if self.state.snapshot_retention < self.egress.baseline:
+            raise ValueError(
+                f"state.snapshot_retention ({self.state.snapshot_retention}) is shorter than "
+                f"egress.baseline ({self.egress.baseline}); raise it or shorten the baseline"
+            )
+        return self
 
     def watched_types(self) -> list[str]:
         cat = load_catalog()

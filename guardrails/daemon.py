@@ -404,8 +404,25 @@ class Daemon:
             for op, n in (self.aws.counter.calls - before).items():
                 self.metrics.api_calls.labels(op).inc(n)
             self.metrics.cycle_seconds.observe(time.perf_counter() - w0)
+        if self.leader:
+            self._prune(now)
         self._save_summary()
         return self.report
+
+    def _prune(self, now: datetime) -> None:
+        """Hourly: drop spend/egress snapshots past ``state.snapshot_retention``."""
+        last = self.state.get("snapshots_pruned_at")
+        if last and now - parse_iso(last) < timedelta(hours=1):
+            return
+        before = now - self.cfg.state.snapshot_retention
+        try:
+            n = self.state.prune_snapshots(before, [s.name for s in self.cfg.spend.scopes])
+        except Exception as exc:  # housekeeping must never fail a cycle
+            self.log.warning("state.prune_failed", error=str(exc))
+            return
+        self.state.put("snapshots_pruned_at", iso(now))
+        if n:
+            self.audit("state.pruned", rows=n, before=iso(before))
 
     def _save_summary(self) -> None:
         r = self.report

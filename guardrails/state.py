@@ -188,6 +188,19 @@ class State:
             )
         ]
 
+    def prune_snapshots(self, before: datetime, scopes: list[str]) -> int:
+        """Drop spend and egress snapshots older than ``before``, keeping each scope's latest
+        (today's accrual continues from it). Returns how many rows went."""
+        del scopes  # one table holds every scope here
+        cut = iso(before)
+        n = self.db.execute(
+            "DELETE FROM spend WHERE ts < ? AND ts < "
+            "(SELECT MAX(s2.ts) FROM spend s2 WHERE s2.scope = spend.scope)",
+            (cut,),
+        ).rowcount
+        n += self.db.execute("DELETE FROM egress WHERE ts < ?", (cut,)).rowcount
+        return int(n)
+
     # -- kv ----------------------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:
         row = self.db.execute("SELECT value FROM kv WHERE key=?", (key,)).fetchone()

@@ -294,6 +294,19 @@ class DynamoState:
             }
         )
 
+    def prune_snapshots(self, before: datetime, scopes: list[str]) -> int:
+        """As ``State.prune_snapshots``; snapshots live in one partition per scope."""
+        cut = iso(before)
+        doomed: list[dict[str, Any]] = []
+        for scope in scopes:
+            items = self._query(f"spend#{scope}", ScanIndexForward=False)
+            doomed += [i for i in items[1:] if i["sk"] < cut]  # keep the latest
+        doomed += [i for i in self._query("egress") if i["sk"] < cut]
+        with self.table.batch_writer() as batch:
+            for i in doomed:
+                batch.delete_item(Key={"pk": i["pk"], "sk": i["sk"]})
+        return len(doomed)
+
     def egress_history(self, since: datetime, before: datetime) -> list[float]:
         items = self._query("egress", sk_between=(iso(since), iso(before)))
         return [

@@ -45,6 +45,10 @@ def test_metric_defaults_come_from_telemetry() -> None:
         ("spend: {direct_connect_ports: [{bandwidth: 3Gbps}]}", "allowed: 1Gbps"),
         ("regions: [us-east-1\n", "not valid YAML"),
         ("- a\n- b", "top level must be a mapping"),
+        (
+            "state: {snapshot_retention: 12h}\negress: {baseline: 24h}",
+            "state.snapshot_retention (12:00:00) is shorter than egress.baseline (1 day",
+        ),
     ],
 )
 def test_bad_config_is_one_line_naming_the_key(text: str, needle: str) -> None:

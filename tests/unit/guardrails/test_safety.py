@@ -16,12 +16,12 @@ from guardrails.daemon import Daemon
 from guardrails.state import State
 
 
-def make(tmp: Path, extra: str = "", owner: str | None = None) -> Daemon:
+def make(tmp: Path, extra: str = "", owner: str | None = None, state: str = "") -> Daemon:
     cfg = parse_config(
         f"""
 safety: {{max_actions_per_cycle: 2, breaker_failures: 3, breaker_reset: 30m,
           kill_switch_file: "{tmp}/stop"}}
-state: {{path: "{tmp}/s.db", audit_log: "{tmp}/a.jsonl"}}
+state: {{path: "{tmp}/s.db", audit_log: "{tmp}/a.jsonl"{state}}}
 {extra}
 """
     )
@@ -98,3 +98,18 @@ def test_breaker_opens_after_consecutive_failures_and_half_opens(tmp_path: Path)
     assert not d.breaker_open()
     assert act(d, "retry")
     assert d.state.get("breaker")["failures"] == 0
+
+
+def test_snapshots_are_pruned_hourly_past_retention(tmp_path: Path) -> None:
+    d = make(tmp_path, "egress: {baseline: 24h}", state=", snapshot_retention: 2d")
+    t0 = d.clock.now()
+    for h in range(0, 96, 12):
+        d.state.add_spend(t0 - timedelta(hours=h), "account", burn=1, today=1, mtd=1, proj=1)
+        d.state.add_egress(t0 - timedelta(hours=h), 1.0, 1.0)
+    d._prune(t0)
+    assert d.state.egress_history(t0 - timedelta(days=9), t0 + timedelta(seconds=1)) == [1.0] * 5
+    d.state.add_egress(t0 - timedelta(days=5), 1.0, 1.0)
+    d._prune(t0 + timedelta(minutes=30))  # within the hour: not again
+    assert len(d.state.egress_history(t0 - timedelta(days=9), t0 + timedelta(seconds=1))) == 6
+    d._prune(t0 + timedelta(hours=1))  # cut-off now t0-47h: the 5-day row and t0-48h go
+    assert len(d.state.egress_history(t0 - timedelta(days=9), t0 + timedelta(seconds=1))) == 4

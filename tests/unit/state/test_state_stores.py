@@ -125,6 +125,20 @@ def test_spend_and_egress_snapshots(store: Any) -> None:
     assert store.egress_history(T0, T0 + timedelta(hours=2)) == [10.0, 12.0]
 
 
+def test_old_snapshots_are_pruned_but_each_scopes_latest_is_kept(store: Any) -> None:
+    day = timedelta(days=1)
+    for d in range(5):
+        store.add_spend(T0 + d * day, "account", burn=1.0, today=d, mtd=d, proj=d)
+        store.add_egress(T0 + d * day, 10.0 + d, 1.0)
+    store.add_spend(T0, "team=ml", burn=2.0, today=7.0, mtd=7.0, proj=7.0)  # its only one
+    gone = store.prune_snapshots(T0 + 3 * day, ["account", "team=ml"])
+    assert gone == 3 + 3  # account days 0-2, egress days 0-2
+    assert store.last_spend("account")["today"] == 4
+    assert store.last_spend("team=ml")["today"] == 7.0
+    assert store.egress_history(T0, T0 + 10 * day) == [13.0, 14.0]
+    assert store.prune_snapshots(T0 + 3 * day, ["account", "team=ml"]) == 0
+
+
 def test_kv(store: Any) -> None:
     assert store.get("breaker", {"failures": 0}) == {"failures": 0}
     store.put("breaker", {"failures": 3, "since": T0})
