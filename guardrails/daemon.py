@@ -448,6 +448,7 @@ class Daemon:
     def utilization(self, nodes: list[Node]) -> dict[str, Utilization]:
         now = self.clock.now()
         out: dict[str, Utilization] = {}
+        self._series_cache.refresh = self.cfg.idle.series_refresh  # follows a reload
         for region in sorted({n.region for n in nodes}):
             rn = [n for n in nodes if n.region == region]
             cw = self.aws.client("cloudwatch", region)
