@@ -129,7 +129,7 @@ def _parse_list_metrics(
     customized_response_dict: dict[str, Any],
     **_: Any,
 ) -> None:
-    # ListMetrics answers hold only strings: json.loads gives what botocore would.
+    # ListMetrics answers hold only strings: the decoded JSON is what botocore would return.
     data = _json_body(operation_model, response_dict)
     if data is None:
         return
