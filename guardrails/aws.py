@@ -203,19 +203,21 @@ class SeriesCache:
     """ListMetrics answers reused between cycles.
 
     A 1,000-GPU-node fleet has 8,000 series: 16 ListMetrics pages and a fifth of a cycle's CPU
-    each time. The set changes when instances launch, so a listing is reused for ``refresh``
-    unless an instance that was not running when it was taken shows up. A series that appears
-    later for an instance already known (its agent started late) is picked up at the next
-    refresh; until then that node lacks series and stays UNKNOWN, never idle.
+    each time. The set changes when instances launch, so a listing is reused for
+    ``idle.series_refresh`` unless an instance that was not running when it was taken shows
+    up. A series that appears later for an instance already known (its agent started late) is
+    picked up at the next refresh; until then that node lacks series and stays UNKNOWN, never
+    idle.
     """
 
-    def __init__(self, refresh: timedelta) -> None:
-        self.refresh = refresh
+    def __init__(self) -> None:
         self._listings: dict[tuple[str, ...], _Listing] = {}
 
-    def get(self, key: tuple[str, ...], nodes: list[Node], now: datetime) -> list[SeriesRef] | None:
+    def get(
+        self, key: tuple[str, ...], nodes: list[Node], now: datetime, refresh: timedelta
+    ) -> list[SeriesRef] | None:
         got = self._listings.get(key)
-        if got is None or now - got.at >= self.refresh or now < got.at:
+        if got is None or now - got.at >= refresh or now < got.at:
             return None
         if any(n.instance_id not in got.instances for n in nodes):
             return None
@@ -312,7 +314,7 @@ def fetch_utilization(
             continue
         key = (kind_nodes[0].region, metric.namespace, metric.metric_name, metric.device_dimension)
         try:
-            refs = cache.get(key, kind_nodes, now) if cache else None
+            refs = cache.get(key, kind_nodes, now, cfg.series_refresh) if cache else None
             if refs is None:
                 refs = discover_series(cw, metric, kind_nodes, cfg.series_discovery)
                 if cache and cfg.series_discovery == "list-metrics":

@@ -120,7 +120,7 @@ class Daemon:
         self._actions_this_cycle = 0
         self._spot: dict[tuple[str, str], float] = {}
         self._heap_frozen = False
-        self._series_cache = aws.SeriesCache(cfg.idle.series_refresh)
+        self._series_cache = aws.SeriesCache()
         audit = cfg.state.audit_log
         audit.parent.mkdir(parents=True, exist_ok=True)
         self._audit = audit.open("a", buffering=1)
@@ -448,7 +448,6 @@ class Daemon:
     def utilization(self, nodes: list[Node]) -> dict[str, Utilization]:
         now = self.clock.now()
         out: dict[str, Utilization] = {}
-        self._series_cache.refresh = self.cfg.idle.series_refresh  # follows a reload
         for region in sorted({n.region for n in nodes}):
             rn = [n for n in nodes if n.region == region]
             cw = self.aws.client("cloudwatch", region)

@@ -49,8 +49,8 @@ def install(client: Any) -> None:
     if service == "cloudwatch":
         ev.register("before-parameter-build.cloudwatch.GetMetricData", _stash_queries)
         ev.register("before-call.cloudwatch.GetMetricData", _inject_queries)
-        ev.register("before-parse.cloudwatch.GetMetricData", _parse_metric_data)
-        ev.register("before-parse.cloudwatch.ListMetrics", _parse_list_metrics)
+        ev.register("before-parse.cloudwatch.GetMetricData", _parse_json_answer)
+        ev.register("before-parse.cloudwatch.ListMetrics", _parse_json_answer)
     elif service == "ec2":
         ev.register("before-parse.ec2.DescribeInstances", _parse_describe_instances)
 
@@ -97,12 +97,14 @@ def _json_body(model: Any, response: dict[str, Any]) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _parse_metric_data(
+def _parse_json_answer(
     operation_model: Any,
     response_dict: dict[str, Any],
     customized_response_dict: dict[str, Any],
     **_: Any,
 ) -> None:
+    """GetMetricData / ListMetrics: the decoded JSON is what botocore would return, once
+    GetMetricData's timestamps are datetimes (ListMetrics answers hold only strings)."""
     data = _json_body(operation_model, response_dict)
     if data is None:
         return
@@ -118,20 +120,6 @@ def _parse_metric_data(
         for r in results:
             r["Timestamps"] = list(map(table.__getitem__, r.get("Timestamps", ())))
     except (TypeError, ValueError, AttributeError):
-        return
-    customized_response_dict.update(data)
-    response_dict["body"] = b"{}"
-
-
-def _parse_list_metrics(
-    operation_model: Any,
-    response_dict: dict[str, Any],
-    customized_response_dict: dict[str, Any],
-    **_: Any,
-) -> None:
-    # ListMetrics answers hold only strings: the decoded JSON is what botocore would return.
-    data = _json_body(operation_model, response_dict)
-    if data is None:
         return
     customized_response_dict.update(data)
     response_dict["body"] = b"{}"

@@ -44,7 +44,7 @@ def test_listing_is_reused_until_refresh_or_a_new_instance(fleet) -> None:  # ty
         metric_defs=DEFS,
     )
     cfg = IdleConfig(series_refresh=timedelta(minutes=10))
-    cache = SeriesCache(cfg.series_refresh)
+    cache = SeriesCache()
 
     def cycle(at, nodes):  # type: ignore[no-untyped-def]
         before = aws.counter.calls["ListMetrics"]
@@ -84,7 +84,7 @@ def test_a_failed_listing_is_not_cached(fleet) -> None:  # type: ignore[no-untyp
     aws, ec2, cw, ids = fleet
     nodes = _nodes(ec2)
     now = max(n.launch_time for n in nodes) + timedelta(hours=1)
-    cache = SeriesCache(timedelta(minutes=10))
+    cache = SeriesCache()
     cfg = IdleConfig()
 
     def boom(**_):  # type: ignore[no-untyped-def]
