@@ -39,17 +39,11 @@ integration: setup
 bench: setup
 	$(BIN)/python benchmarks/guardrails_cycle.py --sizes $(or $(SIZES),100,1000,5000)
 
-## The guardrail daemon and its runtime dependencies for AWS Lambda (python3.11, x86_64).
+## The guardrail daemon and its runtime dependencies for AWS Lambda (python3.11, x86_64), in
+## build/lambda; packages from pyproject.toml [tool.coreburst.lambda]. `pulumi preview`/`up`
+## build it themselves when missing or stale; FORCE=1 rebuilds.
 lambda-package: setup
-	rm -rf build/lambda && mkdir -p build/lambda
-	$(BIN)/pip install --quiet --target build/lambda --platform manylinux2014_x86_64 \
-		--python-version 3.11 --only-binary=:all: \
-		'pydantic>=2.7,<3' 'pydantic-settings>=2.3,<3' 'PyYAML>=6,<7' 'slack-sdk>=3.27,<4' \
-		'tenacity>=8.2,<10' 'prometheus-client>=0.20,<1' 'structlog>=24,<27' 'orjson>=3.9,<4'
-	cp -r guardrails build/lambda/
-	mkdir -p build/lambda/infra/data
-	cp infra/__init__.py infra/catalog.py infra/telemetry.py build/lambda/infra/
-	cp infra/data/catalog.yaml build/lambda/infra/data/
+	$(BIN)/python -m infra.lambda_package $(if $(FORCE),--force)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -144,6 +144,6 @@ def relay_budget_notices(daemon: Any, queue_url: str) -> int:
         sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=receipt)
         daemon.audit("budget.relayed", message_id=notice.message_id, budget=notice.budget_name)
         relayed += 1
-    if relayed:
+    if relayed and daemon.leader:  # one sender per store; a standby leaves it to the leader
         daemon.outbox.flush()
     return relayed

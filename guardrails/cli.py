@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -21,6 +22,7 @@ from typing import Annotated, Any
 import structlog
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from guardrails.clock import Clock, OffsetClock, SystemClock
@@ -39,6 +41,12 @@ ConfigOpt = Annotated[
 ]
 
 
+def _stderr_logger(*_: Any) -> structlog.PrintLogger:
+    # sys.stderr as it is when a line is logged, not when logging was configured: a stream
+    # swapped in and closed since (a test runner's capture) must not break later logging.
+    return structlog.PrintLogger(sys.stderr)
+
+
 def configure_logging(level: str) -> None:
     lvl = getattr(logging, level.upper(), logging.INFO)
     structlog.configure(
@@ -48,7 +56,7 @@ def configure_logging(level: str) -> None:
             structlog.processors.JSONRenderer(sort_keys=True),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(lvl),
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=_stderr_logger,
         cache_logger_on_first_use=False,
     )
 
@@ -151,6 +159,7 @@ def check_config(
     cfg = _load(path)
     typer.echo(
         f"ok: {path}: regions {', '.join(cfg.regions)}; {len(cfg.spend.scopes)} spend scope(s); "
+        f"rules {', '.join(cfg.rules) if cfg.rules is not None else 'all'}; "
         f"{'dry-run' if cfg.dry_run else 'acting'}"
     )
 
@@ -191,9 +200,15 @@ def run(
     mtime = config.stat().st_mtime if config else 0.0
     with _daemon(cfg) as d:
         if cfg.metrics_endpoint.enabled:
-            start_http_server(
-                cfg.metrics_endpoint.port, addr="127.0.0.1", registry=d.metrics.registry
-            )
+            ep = cfg.metrics_endpoint
+            try:
+                start_http_server(ep.port, addr=str(ep.address), registry=d.metrics.registry)
+            except OSError as exc:
+                raise fail(
+                    f"metrics_endpoint: cannot listen on {ep.address} port {ep.port}: "
+                    f"{exc.strerror}; change metrics_endpoint.address/port or disable it"
+                ) from None
+            log.info("metrics.listening", address=str(ep.address), port=ep.port)
         n = 0
         while not stop["flag"] and (max_cycles == 0 or n < max_cycles):
             n += 1
@@ -267,7 +282,16 @@ def status(config: ConfigOpt = None) -> None:
     console.print(f"[bold]blind nodes[/] {len(blind)}")
     for b in blind:
         console.print(f"  {b['instance_id']}: {b['reason']}")
-    console.print(f"[bold]outbox[/] {st.outbox_depth()} pending")
+    rows = st.outbox_rows()
+    by_status = Counter(r["status"] for r in rows)
+    console.print(
+        f"[bold]outbox[/] {by_status['pending']} pending, {by_status['sent']} sent, "
+        f"{by_status['failed']} failed (dead letters: kept, not retried)"
+    )
+    for r in [r for r in rows if r["status"] == "failed"][-10:]:
+        console.print(
+            f"  [red]failed[/] {escape(r['dedupe_key'])}: {escape(r['last_error'] or '')}"
+        )
     for a in st.actions()[-10:]:
         console.print(f"  action {a['kind']} {a['instance_id']} {a['status']} {a['updated_at']}")
     st.close()
@@ -333,6 +357,111 @@ def explain(
                 "-" if s.largest_gap_s is None else f"{s.largest_gap_s:.0f}",
             )
         c.print(t)
+
+
+@app.command("org-scan")
+def org_scan(
+    config: ConfigOpt = None,
+    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
+) -> None:
+    """Read-only scan of every account in `org`: GPU nodes, idle, blind and $/h per account and
+    region. Assumes `org.role_name` in each account; changes, tags and alerts nothing. An
+    account that fails (role not assumable, region disabled) is reported; the rest go on.
+    Exits 1 when any account failed.
+
+    $ coreburst guardrails org-scan --config guardrails.yaml
+    """
+    import json
+
+    import boto3
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from guardrails import org
+    from guardrails.aws import Aws, fetch_utilization, inventory
+    from guardrails.daemon import expected_series, idle_params
+    from guardrails.idle import assess_utilization
+    from infra.catalog import CatalogError, load_catalog
+
+    configure_logging("warning")
+    cfg = _load(config)
+    if cfg.org is None:
+        raise fail("org is not set in the config: add org: {accounts: [...]} or {discover: true}")
+    oc = cfg.org
+    home = boto3.session.Session()
+    home_aws = Aws(cfg.aws, home)
+    catalog = load_catalog()
+    clock = clock_from_env()
+    try:
+        sts = home_aws.client("sts", cfg.regions[0])
+        home_account = str(sts.get_caller_identity()["Account"])
+        found = (
+            org.discover_accounts(
+                home_aws.client("organizations", "us-east-1"), oc.role_name, home_account
+            )
+            if oc.discover
+            else []
+        )
+    except (ClientError, BotoCoreError) as exc:
+        raise fail(f"cannot list the accounts to scan: {org.describe_error(exc)}") from None
+    targets = org.targets(oc.accounts, found, oc.role_name, home_account)
+
+    def session_for(t: org.AccountTarget) -> boto3.session.Session:
+        return home if t.role_arn is None else org.assume_role_session(sts, t)
+
+    def scan_one(sess: boto3.session.Session, t: org.AccountTarget, region: str) -> list[Any]:
+        a = Aws(cfg.aws, sess)
+        nodes = inventory(a.client("ec2", region), region, cfg.watched_types(), catalog)
+        now = clock.now()
+        series, errors = fetch_utilization(a.client("cloudwatch", region), nodes, cfg.idle, now)
+        params = idle_params(cfg)
+        out = []
+        for n in nodes:
+            if n.instance_id in errors:
+                state = "unknown"
+            else:
+                util = series.get(n.instance_id, {})
+                state = assess_utilization(util, expected_series(n, cfg), now, params).state
+            try:
+                price: float | None = catalog.hourly_price(n.instance_type, region, n.market)
+            except CatalogError:
+                price = None
+            out.append(org.NodeSummary(n.instance_id, n.instance_type, state, price))
+        return out
+
+    results = org.scan(targets, cfg.regions, session_for, scan_one, oc.max_concurrency)
+    rows = org.summarize(results)
+    names = {t.account_id: t.name for t in targets}
+    if as_json:
+        for row in rows:
+            typer.echo(json.dumps({**row, "name": names.get(row["account"], "")}, sort_keys=True))
+    else:
+        t = Table(
+            "account",
+            "name",
+            "region",
+            "nodes",
+            "idle",
+            "blind",
+            "$/h",
+            "idle $/h",
+            "error",
+            title=f"org-scan: {len(targets)} account(s) x {len(cfg.regions)} region(s), read-only",
+        )
+        for row in rows:
+            t.add_row(
+                row["account"],
+                names.get(row["account"], ""),
+                row["region"],
+                str(row["nodes"]),
+                str(row["idle"]),
+                str(row["blind"]),
+                f"{row['usd_per_hour']:,.2f}",
+                f"{row['idle_usd_per_hour']:,.2f}",
+                escape(row["error"] or ""),
+            )
+        Console(width=200).print(t)
+    if any(row["error"] for row in rows):
+        raise typer.Exit(1)
 
 
 def _register_demo() -> None:

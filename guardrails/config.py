@@ -14,15 +14,18 @@ from __future__ import annotations
 import os
 import re
 from datetime import timedelta
+from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
+    IPvAnyAddress,
     ValidationError,
     model_validator,
 )
@@ -192,6 +195,53 @@ class StateConfig(_Strict):
 class MetricsEndpointConfig(_Strict):
     enabled: bool = True
     port: int = Field(default=9108, ge=0, le=65535)
+    # Loopback outside a container, so a host's metrics are not on its network by accident;
+    # the container image sets COREBURST_METRICS_ENDPOINT__ADDRESS=0.0.0.0, because a
+    # published port reaches only what listens beyond the container's own loopback.
+    address: IPvAnyAddress = IPv4Address("127.0.0.1")
+
+
+def _account_id(value: Any) -> Any:
+    # YAML reads an unquoted 123456789012 as a number. One with a leading zero must be quoted
+    # (as a number it has lost a digit and fails the 12-digit pattern, rather than be guessed).
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+AccountId = Annotated[str, BeforeValidator(_account_id), Field(pattern=r"^\d{12}$")]
+
+
+class OrgConfig(_Strict):
+    """Accounts for `coreburst guardrails org-scan` (read-only: it assumes ``role_name`` in
+    each and reports; nothing is tagged, stopped or alerted there)."""
+
+    # The role each member account has for the scanner (trusting the scanning account).
+    role_name: str = Field(default="coreburst-guardrails", pattern=r"^[\w+=,.@-]{1,64}$")
+    accounts: list[AccountId] = []
+    # Also list the organization's active accounts (organizations:ListAccounts; run from the
+    # management account or a delegated administrator).
+    discover: bool = False
+    max_concurrency: int = Field(default=8, ge=1, le=64)
+
+    @model_validator(mode="after")
+    def _some_accounts(self) -> OrgConfig:
+        if not self.accounts and not self.discover:
+            raise ValueError("list accounts: [123456789012, ...] or set discover: true")
+        return self
+
+
+def _known_rules(value: list[str] | None) -> list[str] | None:
+    if value is None:
+        return None
+    from guardrails.rules import REGISTRY  # the registry imports this module
+
+    unknown = [n for n in value if n not in REGISTRY]
+    if unknown:
+        raise ValueError(
+            f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}"
+        )
+    return sorted(set(value))
 
 
 class GuardrailsConfig(BaseSettings):
@@ -214,6 +264,11 @@ class GuardrailsConfig(BaseSettings):
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
     metrics_endpoint: MetricsEndpointConfig = MetricsEndpointConfig()
+    # Which registered rules run (guardrails.rules); None = all of them. The stack passes the
+    # same list it grants IAM permissions for, so an omitted rule neither runs nor fails.
+    # ``inventory`` always runs: every rule works on what it finds.
+    rules: Annotated[list[str] | None, AfterValidator(_known_rules)] = None
+    org: OrgConfig | None = None
 
     @classmethod
     def settings_customise_sources(
@@ -235,6 +290,10 @@ class GuardrailsConfig(BaseSettings):
                 f"egress.baseline ({self.egress.baseline}); raise it or shorten the baseline"
             )
         return self
+
+    def runs(self, rule: str) -> bool:
+        """Whether the rule named ``rule`` is selected by ``rules`` (inventory always is)."""
+        return self.rules is None or rule in self.rules or rule == "inventory"
 
     def watched_types(self) -> list[str]:
         cat = load_catalog()

@@ -36,9 +36,10 @@ from guardrails.idle import Decision, IdleParams, Utilization, assess_utilizatio
 from guardrails.metrics import Metrics
 from guardrails.model import DeviceSeries, Node
 from guardrails.rules import REGISTRY
-from guardrails.slack import Alert, Outbox
+from guardrails.slack import ELLIPSIS, Alert, Outbox, clip
 from guardrails.spend import accrue, crossed, day_start, lustre_usd_per_hour, month_start, project
-from guardrails.state import State, iso, parse_iso
+from guardrails.state import iso, parse_iso
+from guardrails.store import StateStore
 from infra.catalog import Catalog, CatalogError, load_catalog
 
 PAUSE_ENV = "COREBURST_TEST_PAUSE_AT"  # test hook: "<point>:<marker file>"
@@ -87,7 +88,7 @@ class Daemon:
         self,
         cfg: GuardrailsConfig,
         clients: aws.Aws,
-        state: State,
+        state: StateStore,
         *,
         clock: Clock | None = None,
         catalog: Catalog | None = None,
@@ -96,6 +97,7 @@ class Daemon:
         webhook_url: str | None = None,
         log: Any = None,
         owner_id: str | None = None,
+        lease_ttl: timedelta | None = None,
     ) -> None:
         self.cfg = cfg
         # Who holds the leader lease: two daemons (or a Lambda and a long-running daemon) on
@@ -108,13 +110,19 @@ class Daemon:
             or f"{socket.gethostname()}:{cfg.state.path.resolve()}"
         )
         self.leader = False
+        # How long the lease outlives this daemon if it dies holding it. Default: a missed
+        # cycle or two, so a crashed leader is replaced quickly but a slow one is not raced.
+        # A scheduled Lambda passes its schedule interval (see guardrails.lambda_handler).
+        self.lease_ttl = lease_ttl or max(3 * cfg.interval, timedelta(seconds=180))
         self.aws = clients
         self.state = state
         self.clock = clock or SystemClock()
         self.catalog = catalog or load_catalog()
         self.log = log or structlog.get_logger("guardrails")
-        self.outbox = outbox or Outbox(state, cfg.slack, self.clock, url=webhook_url, log=self.log)
         self.metrics = metrics or Metrics()
+        self.outbox = outbox or Outbox(
+            state, cfg.slack, self.clock, url=webhook_url, log=self.log, metrics=self.metrics
+        )
         self.nodes: list[Node] = []
         self.report = CycleReport(self.clock.now())
         self._actions_this_cycle = 0
@@ -126,10 +134,18 @@ class Daemon:
         self._audit = audit.open("a", buffering=1)
 
     def close(self) -> None:
+        self.release_lease()
         self._audit.close()
         if self._heap_frozen:  # what this daemon held may now be collected
             gc.unfreeze()
             self._heap_frozen = False
+
+    def release_lease(self) -> None:
+        """Hand the leader lease back, so the next daemon or invocation may act at once
+        instead of waiting for the lease to expire."""
+        if self.leader:
+            self.state.release_lease("leader", self.owner_id)
+            self.leader = False
 
     # -- audit / hooks -----------------------------------------------------------------------
     def audit(self, event: str, **fields: Any) -> None:
@@ -230,7 +246,7 @@ class Daemon:
         try:
             api = call()
         except (ClientError, BotoCoreError) as exc:
-            self.state.db.execute("DELETE FROM actions WHERE key=?", (key,))
+            self.state.drop_intent(key)
             self._api_failure(f"{kind} {instance_id}", exc)
             self.audit("action.failed", key=key, instance_id=instance_id, kind=kind, error=str(exc))
             self.metrics.actions.labels(kind, "failed").inc()
@@ -286,7 +302,7 @@ class Daemon:
                         state=st,
                     )
                 else:
-                    self.state.db.execute("DELETE FROM actions WHERE key=?", (r["key"],))
+                    self.state.drop_intent(r["key"])
                     self.audit(
                         "action.intent-dropped",
                         key=r["key"],
@@ -361,9 +377,7 @@ class Daemon:
         self.report = CycleReport(now)
         self._actions_this_cycle = 0
         before = Counter(self.aws.counter.calls)
-        # The lease outlives a missed cycle or two, so a crashed leader is replaced quickly
-        # but a slow one is not raced.
-        ttl = max(3 * self.cfg.interval.total_seconds(), 180.0)
+        ttl = self.lease_ttl.total_seconds()
         self.leader = self.state.acquire_lease("leader", self.owner_id, now, ttl)
         if not self.leader:
             self.audit("leader.standby", owner=self.owner_id)
@@ -384,7 +398,7 @@ class Daemon:
                     cooldown=timedelta(hours=6),
                 )
             for rule in REGISTRY.values():
-                if rule.run is None or not rule.enabled(self.cfg):
+                if rule.run is None or not self.cfg.runs(rule.name) or not rule.enabled(self.cfg):
                     continue
                 try:
                     rule.run(self)
@@ -417,8 +431,15 @@ class Daemon:
         before = now - self.cfg.state.snapshot_retention
         try:
             n = self.state.prune_snapshots(before, [s.name for s in self.cfg.spend.scopes])
-        except Exception as exc:  # housekeeping must never fail a cycle
-            self.log.warning("state.prune_failed", error=str(exc))
+        except Exception as exc:  # housekeeping must never fail a cycle...
+            # ...but must not fail unseen either (a missing IAM permission would otherwise let
+            # the table grow forever): an error in the log, the audit and the cycle's report,
+            # retried hourly rather than every cycle.
+            why = f"{type(exc).__name__}: {exc}"
+            self.log.error("state.prune_failed", error=why)
+            self.audit("state.prune_failed", error=why)
+            self.report.errors.append(f"state prune: {why}")
+            self.state.put("snapshots_pruned_at", iso(now))
             return
         self.state.put("snapshots_pruned_at", iso(now))
         if n:
@@ -493,7 +514,9 @@ class Daemon:
             self.metrics.nodes.labels(st).set(self.report.states.get(st, 0))
         blind = [d for d in self.report.decisions if d.state == "unknown"]
         if blind:
-            ids = ", ".join(sorted(d.instance_id for d in blind)[:20])
+            ids = ", ".join(sorted(d.instance_id for d in blind)[:20]) + (
+                f" {ELLIPSIS} and {len(blind) - 20} more" if len(blind) > 20 else ""
+            )
             self.alert(
                 Alert(
                     "blind:"
@@ -504,7 +527,8 @@ class Daemon:
                     f"{len(blind)} GPU node(s) without usable utilization data",
                     [
                         f"Never reclaimed while blind: {ids}",
-                        *(f"• {d.instance_id}: {d.utilization.reason}" for d in blind[:10]),
+                        # all of them: the payload keeps what fits and says how many more
+                        *(f"• {d.instance_id}: {d.utilization.reason}" for d in blind),
                     ],
                     severity="info",
                 ),
@@ -849,7 +873,7 @@ class Daemon:
             by_id = {n.instance_id: n for n in self.nodes}
             talkers = [
                 f"• {k}: {gb:,.1f} GB in {int(cfg.window.total_seconds() // 60)} min"
-                + (f" ({self.owner(by_id[k])})" if k in by_id else "")
+                + (f" ({clip(self.owner(by_id[k]), 200)})" if k in by_id else "")
                 for k, gb in proj.top_talkers
             ]
             self.alert(

@@ -112,13 +112,15 @@ def ce_result(amount: float, start: str, end: str, metric: str = "UnblendedCost"
 class WebhookReceiver:
     """A Slack-compatible incoming webhook on 127.0.0.1 that records every post.
 
-    ``script`` is a list of (status, headers) answered in order before falling back to 200.
+    ``script`` is a list of (status, headers) or (status, headers, body) answered in order
+    before falling back to 200 "ok". Slack answers a rejected post with a short error name as
+    the body (``invalid_blocks``, ``invalid_payload``, ``no_service``...), and so can this.
     """
 
     def __init__(self, echo: Any = None) -> None:
         self.posts: list[dict[str, Any]] = []  # accepted (200) posts
         self.attempts: list[tuple[int, dict[str, Any]]] = []
-        self.script: list[tuple[int, dict[str, str]]] = []
+        self.script: list[tuple[Any, ...]] = []
         self.echo = echo
         self._lock = threading.Lock()
         outer = self
@@ -128,15 +130,18 @@ class WebhookReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
                 payload = json.loads(body or b"{}")
                 with outer._lock:
-                    status, headers = outer.script.pop(0) if outer.script else (200, {})
+                    answer = outer.script.pop(0) if outer.script else (200, {})
+                    status, headers = answer[0], answer[1]
+                    text = answer[2] if len(answer) > 2 else ("ok" if status == 200 else "error")
                     outer.attempts.append((status, payload))
                     if status == 200:
                         outer.posts.append(payload)
                 self.send_response(status)
                 for k, v in headers.items():
                     self.send_header(k, v)
+                self.send_header("Content-Type", "text/html")
                 self.end_headers()
-                self.wfile.write(b"ok" if status == 200 else b"error")
+                self.wfile.write(str(text).encode())
                 if status == 200 and outer.echo is not None:
                     outer.echo(payload)
 

@@ -30,6 +30,13 @@ class Metrics:
         self.outbox_depth = Gauge(
             "coreburst_guardrails_outbox_depth", "Alerts waiting for delivery", registry=r
         )
+        self.slack_rejected = Counter(
+            "coreburst_slack_rejected",  # exposed as coreburst_slack_rejected_total
+            "Slack webhook posts refused with a 4xx other than 408/429; the alert is kept in "
+            "the outbox as failed",
+            ["status"],
+            registry=r,
+        )
         self.egress = Gauge(
             "coreburst_guardrails_egress_projected_usd_per_day", "Projected egress", registry=r
         )

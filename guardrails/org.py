@@ -69,7 +69,7 @@ def assume_role_session(
     )
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     if isinstance(exc, ClientError):
         err = exc.response.get("Error", {})
         return f"{err.get('Code', 'ClientError')}: {err.get('Message', '')}".strip()
@@ -97,7 +97,7 @@ def scan(
         try:
             return session_for(t)
         except (ClientError, BotoCoreError) as exc:
-            return _describe(exc)
+            return describe_error(exc)
 
     def run(t: AccountTarget, region: str) -> ScanResult:
         sess = sessions[t.account_id]
@@ -106,10 +106,57 @@ def scan(
         try:
             return ScanResult(t.account_id, region, list(scan_one(sess, t, region)))
         except (ClientError, BotoCoreError) as exc:
-            return ScanResult(t.account_id, region, error=_describe(exc))
+            return ScanResult(t.account_id, region, error=describe_error(exc))
 
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
         for t, s in zip(targets, pool.map(session, targets), strict=True):
             sessions[t.account_id] = s
         futures = [pool.submit(run, t, r) for t in targets for r in regions]
         return [f.result() for f in futures]
+
+
+# -- the read-only org-scan report ------------------------------------------------------------
+@dataclass(frozen=True)
+class NodeSummary:
+    instance_id: str
+    instance_type: str
+    state: str  # idle | busy | unknown (blind: no usable utilization data)
+    usd_per_hour: float | None
+
+
+def targets(
+    accounts: Iterable[str],
+    discovered: Iterable[AccountTarget],
+    role_name: str,
+    home_account: str | None,
+) -> list[AccountTarget]:
+    """Configured account ids plus discovered ones, once each; the home account is scanned
+    with the caller's own credentials rather than a role assumed into itself."""
+    out = {t.account_id: t for t in discovered}
+    for aid in accounts:
+        if aid not in out:
+            role = None if aid == home_account else f"arn:aws:iam::{aid}:role/{role_name}"
+            out[aid] = AccountTarget(aid, role)
+    return sorted(out.values(), key=lambda t: t.account_id)
+
+
+def summarize(results: list[ScanResult]) -> list[dict[str, Any]]:
+    """One row per (account, region): node count, idle, blind and the $/h they burn."""
+    rows = []
+    for r in sorted(results, key=lambda r: (r.account_id, r.region)):
+        nodes: list[NodeSummary] = r.items
+        rows.append(
+            {
+                "account": r.account_id,
+                "region": r.region,
+                "nodes": len(nodes),
+                "idle": sum(1 for n in nodes if n.state == "idle"),
+                "blind": sum(1 for n in nodes if n.state == "unknown"),
+                "usd_per_hour": round(sum(n.usd_per_hour or 0.0 for n in nodes), 2),
+                "idle_usd_per_hour": round(
+                    sum(n.usd_per_hour or 0.0 for n in nodes if n.state == "idle"), 2
+                ),
+                "error": r.error,
+            }
+        )
+    return rows

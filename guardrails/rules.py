@@ -70,9 +70,12 @@ def _run(method: str) -> Callable[[Daemon], None]:
 register(
     Rule(
         name="inventory",
-        description="List running accelerated instances per region (always on).",
+        description=(
+            "List running accelerated instances per region, with live spot prices "
+            "(always on, whatever `rules` lists)."
+        ),
         params=GuardrailsConfig,
-        iam_actions=("ec2:DescribeInstances",),
+        iam_actions=("ec2:DescribeInstances", "ec2:DescribeSpotPriceHistory"),
         section=lambda c: c,
         enabled=lambda c: True,
         example="regions: [us-east-1, us-east-2]",

@@ -11,21 +11,77 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from slack_sdk.webhook import WebhookClient
 
 from guardrails.clock import Clock
 from guardrails.config import ConfigError, SlackConfig
-from guardrails.state import State
+from guardrails.metrics import Metrics
+from guardrails.store import StateStore
 
 WEBHOOK_ENV = "COREBURST_SLACK_WEBHOOK_URL"
 
 # slack_sdk logs request URLs at debug level; the URL embeds the webhook secret.
 logging.getLogger("slack_sdk").setLevel(logging.WARNING)
+
+
+# Slack Block Kit limits, from https://api.slack.com/reference/block-kit/blocks (and the
+# composition-objects and messaging reference pages it links to). A message over any of them
+# is answered 400 ``invalid_blocks``: the alert would be lost, so every payload is cut to fit
+# here, whatever the rule put into it.
+HEADER_TEXT_MAX = 150  # header block: plain_text, max 150 characters
+SECTION_TEXT_MAX = 3000  # section block: text, max 3000 characters
+FIELDS_MAX = 10  # section block: at most 10 fields...
+FIELD_TEXT_MAX = 2000  # ...each at most 2000 characters
+CONTEXT_ELEMENTS_MAX = 10  # context block: at most 10 elements
+CONTEXT_TEXT_MAX = 3000  # a text object: max 3000 characters
+BLOCKS_MAX = 50  # a message: at most 50 blocks
+BLOCK_ID_MAX = 255
+# Top-level ``text``: Slack truncates past 40,000 characters and recommends under 4,000.
+FALLBACK_TEXT_MAX = 4000
+# One list item (a top talker, a blind node...) before it is cut, so one long item cannot
+# crowd every other one out of a section.
+LINE_MAX = 1000
+
+ELLIPSIS = "\u2026"
+_PARTIAL_ENTITY = re.compile(r"&[a-z]{0,3}$")
+
+
+def escape_mrkdwn(text: str) -> str:
+    """Slack's three control characters, escaped as its "Formatting text" page asks, so a tag
+    value like ``<!channel>`` is shown, not acted on."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters, ending in an ellipsis when cut (never in
+    the middle of an ``&amp;``-style escape)."""
+    if len(text) <= limit:
+        return text
+    head = _PARTIAL_ENTITY.sub("", text[: limit - 1])
+    return head + ELLIPSIS
+
+
+def fit_lines(lines: list[str], limit: int, prefix: str = "") -> str:
+    """Lines joined by newlines within ``limit`` characters; the lines that do not fit are
+    replaced by one "… and N more" line."""
+    out = prefix
+    for i, raw in enumerate(lines):
+        line = clip(raw, LINE_MAX)
+        rest = len(lines) - i - 1
+        # room for the "and N more" line that may follow this one
+        reserve = len(f"\n{ELLIPSIS} and {rest} more") if rest else 0
+        sep = "\n" if out else ""
+        if len(out) + len(sep) + len(line) + reserve > limit:
+            more = f"{ELLIPSIS} and {len(lines) - i} more"
+            return out + ("\n" if out else "") + more
+        out += sep + line
+    return out
 
 
 @dataclass(frozen=True)
@@ -38,31 +94,44 @@ class Alert:
     fields: dict[str, str] = field(default_factory=dict)
 
     def payload(self) -> dict[str, Any]:
+        """The webhook body: within every Block Kit limit above for any title, lines, fields
+        and keys (tests/unit/guardrails/test_slack_limits.py checks with slack_sdk's models)."""
         icon = {
             "info": ":information_source:",
             "warning": ":warning:",
             "critical": ":rotating_light:",
         }
+        title = clip(" ".join(self.title.split()) or "coreburst guardrails", HEADER_TEXT_MAX)
+        lines = [escape_mrkdwn(x) for x in self.lines]
         blocks: list[dict[str, Any]] = [
-            {
-                "type": "header",
-                "text": {"type": "plain_text", "text": self.title[:150]},
-            },
+            {"type": "header", "text": {"type": "plain_text", "text": title}},
             {
                 "type": "section",
                 "text": {
                     "type": "mrkdwn",
-                    "text": f"{icon.get(self.severity, '')} " + "\n".join(self.lines),
+                    "text": fit_lines(lines, SECTION_TEXT_MAX, icon.get(self.severity, "") + " "),
                 },
             },
         ]
         if self.fields:
+            items = list(self.fields.items())
+            shown = items[:FIELDS_MAX]
+            if len(items) > FIELDS_MAX:
+                shown = [
+                    *items[: FIELDS_MAX - 1],
+                    (f"{ELLIPSIS} and", f"{len(items) - FIELDS_MAX + 1} more"),
+                ]
             blocks.append(
                 {
                     "type": "section",
                     "fields": [
-                        {"type": "mrkdwn", "text": f"*{k}*\n{v}"}
-                        for k, v in list(self.fields.items())[:10]
+                        {
+                            "type": "mrkdwn",
+                            "text": clip(
+                                f"*{escape_mrkdwn(k)}*\n{escape_mrkdwn(v) or '-'}", FIELD_TEXT_MAX
+                            ),
+                        }
+                        for k, v in shown
                     ],
                 }
             )
@@ -70,11 +139,17 @@ class Alert:
             {
                 "type": "context",
                 "elements": [
-                    {"type": "mrkdwn", "text": f"coreburst guardrails · {self.dedupe_key}"}
+                    {
+                        "type": "mrkdwn",
+                        "text": clip(
+                            f"coreburst guardrails · {escape_mrkdwn(self.dedupe_key)}", 300
+                        ),
+                    }
                 ],
             }
         )
-        return {"text": f"{self.title}: {' '.join(self.lines)}"[:3000], "blocks": blocks}
+        text = clip(escape_mrkdwn(f"{title}: {' '.join(self.lines)}"), FALLBACK_TEXT_MAX)
+        return {"text": text, "blocks": blocks[:BLOCKS_MAX]}
 
 
 def webhook_url(cfg: SlackConfig) -> str | None:
@@ -102,28 +177,42 @@ def _retry_after(headers: Any) -> float | None:
     return None
 
 
-SendFn = Callable[[dict[str, Any]], tuple[int, Any]]
+# (status, headers) or (status, headers, body): Slack's error body names what it rejected.
+SendFn = Callable[[dict[str, Any]], tuple[Any, ...]]
+
+# 4xx answers that a later attempt may still get through: timeout, rate limit.
+RETRYABLE_4XX = (408, 429)
 
 
 class Outbox:
     def __init__(
         self,
-        state: State,
+        state: StateStore,
         cfg: SlackConfig,
         clock: Clock,
         *,
         url: str | None,
         log: Any,
         send: SendFn | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self.state, self.cfg, self.clock, self.log = state, cfg, clock, log
+        self.metrics = metrics
+        self._url = url
         self._client = WebhookClient(url, timeout=int(cfg.timeout_s)) if url else None
         self._send = send or self._send_webhook
 
-    def _send_webhook(self, payload: dict[str, Any]) -> tuple[int, Any]:
+    def _send_webhook(self, payload: dict[str, Any]) -> tuple[int, Any, str]:
         assert self._client is not None
         resp = self._client.send_dict(payload)
-        return resp.status_code, resp.headers
+        return resp.status_code, resp.headers, resp.body or ""
+
+    def _safe(self, text: str) -> str:
+        """An error body fit for logs and the state store: one line, short, and without the
+        webhook URL (a secret) should Slack or a proxy ever echo it."""
+        if self._url:
+            text = text.replace(self._url, "<webhook-url>")
+        return clip(" ".join(str(text).split()), 200)
 
     @property
     def configured(self) -> bool:
@@ -154,12 +243,15 @@ class Outbox:
         for row in self.state.due(self.clock.now(), limit=budget):
             now = self.clock.now()
             attempts = row["attempts"] + 1
+            body = ""
             try:
-                status, headers = self._send(json.loads(row["payload"]))
+                answer = self._send(json.loads(row["payload"]))
+                status, headers = int(answer[0]), answer[1]
+                body = self._safe(str(answer[2])) if len(answer) > 2 else ""
             except Exception as exc:  # network errors: retry later, never drop
                 status, headers, err = 0, {}, f"{type(exc).__name__}"
             else:
-                err = f"HTTP {status}"
+                err = f"HTTP {status}" + (f": {body}" if body else "")
             if 200 <= status < 300:
                 self.state.mark_sent(row["id"], now)
                 sent += 1
@@ -172,20 +264,32 @@ class Outbox:
             if status == 429:
                 ra = _retry_after(headers)
                 backoff = ra if ra is not None else backoff
-            give_up = attempts >= self.cfg.max_attempts or status in (400, 403, 404, 410)
+            rejected = 400 <= status < 500 and status not in RETRYABLE_4XX
+            give_up = attempts >= self.cfg.max_attempts or rejected
+            # Kept, never deleted: a given-up row stays in the outbox as ``failed`` (the
+            # dead letters `coreburst guardrails status` counts), its error beside it.
             self.state.retry_later(row["id"], now + timedelta(seconds=backoff), err, give_up)
-            self.log.warning(
-                "alert.retry" if not give_up else "alert.failed",
-                dedupe_key=row["dedupe_key"],
-                error=err,
-                retry_in_s=backoff,
-            )
+            if rejected:
+                # Slack refused this message itself (invalid_blocks, invalid_payload,
+                # no_service...): resending will not help, and a silent drop would hide a
+                # lost alert. An alarm in the log and the metrics instead.
+                if self.metrics is not None:
+                    self.metrics.slack_rejected.labels(str(status)).inc()
+                self.log.error(
+                    "alert.rejected",
+                    dedupe_key=row["dedupe_key"],
+                    status=status,
+                    slack_error=body,
+                    attempts=attempts,
+                )
+            elif give_up:
+                self.log.error(
+                    "alert.failed", dedupe_key=row["dedupe_key"], error=err, attempts=attempts
+                )
+            else:
+                self.log.warning(
+                    "alert.retry", dedupe_key=row["dedupe_key"], error=err, retry_in_s=backoff
+                )
             if status == 429:
                 break  # rate limited: the rest waits too
         return sent
-
-    def next_due(self) -> datetime | None:
-        row = self.state.db.execute(
-            "SELECT MIN(next_attempt_at) FROM outbox WHERE status='pending'"
-        ).fetchone()
-        return datetime.fromisoformat(row[0]) if row and row[0] else None

@@ -1,5 +1,6 @@
-"""Durable daemon state in SQLite: marks, action intents, the Slack outbox, spend and egress
-snapshots, and a small key-value table (circuit breaker, last cycle summary).
+"""Durable daemon state in SQLite, one of the two ``guardrails.store.StateStore``s: marks,
+action intents, the Slack outbox, spend and egress snapshots, and a small key-value table
+(circuit breaker, last cycle summary).
 
 Every write commits immediately (autocommit + WAL), so a SIGKILL loses at most the statement
 in flight: an action's intent is on disk before the API call is made.
@@ -94,6 +95,11 @@ class State:
             "UPDATE actions SET status=?, updated_at=?, detail=? WHERE key=?",
             (status, iso(now), detail, key),
         )
+
+    def drop_intent(self, key: str) -> bool:
+        """Forget an intent that was never carried out; a finished action stays."""
+        cur = self.db.execute("DELETE FROM actions WHERE key=? AND status='intent'", (key,))
+        return cur.rowcount == 1
 
     def pending_intents(self) -> list[sqlite3.Row]:
         return list(self.db.execute("SELECT * FROM actions WHERE status='intent' ORDER BY id"))

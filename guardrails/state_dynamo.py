@@ -1,11 +1,13 @@
-"""Daemon state in DynamoDB, behind the same interface as the SQLite store.
+"""Daemon state in DynamoDB, the second ``guardrails.store.StateStore`` beside SQLite.
 
 Used when the daemon runs as a scheduled Lambda: invocations can overlap, so every write that
 decides something (an action's intent, an alert's first enqueue, the leader lease) is a
 conditional write — the second writer loses cleanly instead of acting twice.
 
 One table, key ``(pk, sk)``: ``pk`` names the record kind, ``sk`` the record. Rows come back as
-plain dicts with the same keys as the SQLite rows.
+plain dicts with the same keys as the SQLite rows. Spend and egress snapshots carry a TTL
+attribute (``TTL_ATTRIBUTE``, epoch seconds), so DynamoDB deletes them by itself even when the
+hourly prune cannot run.
 
     >>> state = DynamoState(boto3.resource("dynamodb").Table("coreburst-state"))  # doctest: +SKIP
 """
@@ -13,7 +15,7 @@ plain dicts with the same keys as the SQLite rows.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +25,11 @@ from botocore.exceptions import ClientError
 from guardrails.state import iso, parse_iso
 
 Row = dict[str, Any]
+
+# DynamoDB Time to Live reads this attribute: a Number holding epoch seconds ("Using time to
+# live (TTL) in DynamoDB", Amazon DynamoDB Developer Guide). The Pulumi component enables TTL on
+# the same name.
+TTL_ATTRIBUTE = "expires_at"
 
 
 def _conditional_failed(exc: ClientError) -> bool:
@@ -51,8 +58,9 @@ def _num(x: float) -> Decimal:
 
 
 class DynamoState:
-    def __init__(self, table: Any) -> None:
+    def __init__(self, table: Any, snapshot_retention: timedelta = timedelta(days=35)) -> None:
         self.table = table
+        self.snapshot_retention = snapshot_retention
         # The resource's client takes plain Python values, also in transactions.
         self.client = table.meta.client
 
@@ -149,6 +157,19 @@ class DynamoState:
             ExpressionAttributeValues={":s": status, ":u": iso(now), ":d": detail},
             ConditionExpression=Attr("pk").exists(),
         )
+
+    def drop_intent(self, key: str) -> bool:
+        """Forget an intent that was never carried out; a finished action stays."""
+        try:
+            self.table.delete_item(
+                Key={"pk": "action", "sk": key},
+                ConditionExpression=Attr("status").eq("intent"),
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
 
     def actions(self) -> list[Row]:
         return sorted((_plain(i) for i in self._query("action")), key=lambda r: r["id"])
@@ -263,6 +284,9 @@ class DynamoState:
         )
 
     # -- snapshots -------------------------------------------------------------------------
+    def _expires(self, now: datetime) -> int:
+        return int((now + self.snapshot_retention).timestamp())
+
     def add_spend(
         self, now: datetime, scope: str, *, burn: float, today: float, mtd: float, proj: float
     ) -> None:
@@ -276,6 +300,7 @@ class DynamoState:
                 "today": _num(today),
                 "mtd": _num(mtd),
                 "projected_month": _num(proj),
+                TTL_ATTRIBUTE: self._expires(now),
             }
         )
 
@@ -291,6 +316,7 @@ class DynamoState:
                 "ts": iso(now),
                 "projected_day_usd": _num(usd),
                 "projected_day_gb": _num(gb),
+                TTL_ATTRIBUTE: self._expires(now),
             }
         )
 
@@ -366,4 +392,8 @@ def create_table(dynamodb: Any, name: str) -> Any:
         BillingMode="PAY_PER_REQUEST",
     )
     table.wait_until_exists()
+    dynamodb.meta.client.update_time_to_live(
+        TableName=name,
+        TimeToLiveSpecification={"Enabled": True, "AttributeName": TTL_ATTRIBUTE},
+    )
     return table

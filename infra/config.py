@@ -39,8 +39,33 @@ PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
 # EFA-enabled file systems grow in these steps per throughput tier (GiB).
 EFA_LUSTRE_INCREMENT_GIB = {125: 38_400, 250: 19_200, 500: 9_600, 1000: 4_800}
 METADATA_IOPS_SMALL = (1500, 3000, 6000, 12000)
+METADATA_IOPS_MAX = 192_000
 DX_DEDICATED_BANDWIDTHS = ("1Gbps", "10Gbps", "100Gbps", "400Gbps")
 MAX_DRAS = 8
+
+
+def automatic_metadata_iops(storage_capacity_gib: int) -> int:
+    """The Metadata IOPS that AUTOMATIC mode provisions for an SSD file system of this size.
+
+    FSx for Lustre user guide, "Amazon FSx for Lustre performance", section "File system
+    metadata performance" (docs.aws.amazon.com/fsx/latest/LustreGuide/performance.html):
+    1200 GiB -> 1500, 2400 GiB -> 3000, 4800-9600 GiB -> 6000, 12000-45600 GiB -> 12000, then
+    12000 per 24000 GiB (at most 192000). USER_PROVISIONED may not go below this ("You can't
+    provision fewer Metadata IOPS than AUTOMATIC mode provisions", CreateFileSystem API).
+
+    >>> automatic_metadata_iops(2400), automatic_metadata_iops(72000)
+    (3000, 36000)
+    """
+    cap = storage_capacity_gib
+    if cap < 2400:
+        return 1500
+    if cap < 4800:
+        return 3000
+    if cap < 12000:
+        return 6000
+    if cap < 48000:
+        return 12000
+    return min(12_000 * (cap // 24_000), METADATA_IOPS_MAX)
 
 
 class StackConfigError(ValueError):
@@ -169,7 +194,8 @@ class Metadata(_Model):
             return self
         iops = self.iops
         ok = iops is not None and (
-            iops in METADATA_IOPS_SMALL or (iops % 12_000 == 0 and 12_000 <= iops <= 192_000)
+            iops in METADATA_IOPS_SMALL
+            or (iops % 12_000 == 0 and 12_000 <= iops <= METADATA_IOPS_MAX)
         )
         if not ok:
             raise ValueError(
@@ -224,6 +250,15 @@ class Lustre(_Model):
                 )
             if self.metadata is None:
                 object.__setattr__(self, "metadata", Metadata())
+            assert self.metadata is not None
+            floor = automatic_metadata_iops(cap)
+            iops = self.metadata.iops
+            if self.metadata.mode == "USER_PROVISIONED" and iops is not None and iops < floor:
+                raise ValueError(
+                    f"metadata.iops {iops} is below the {floor} Metadata IOPS that AUTOMATIC "
+                    f"mode provisions for storageCapacityGib {cap}: use at least {floor} "
+                    "(or mode AUTOMATIC)"
+                )
         else:
             if tput is not None:
                 raise ValueError("perUnitStorageThroughput is only set for PERSISTENT_2")
@@ -341,7 +376,8 @@ class GuardrailsDeploy(_Model):
 
     enabled: bool = False
     schedule: str = Field(default="rate(1 minute)", pattern=r"^(rate|cron)\(.+\)$")
-    # Rules whose permissions the daemon's role gets; None = every registered rule.
+    # Rules the deployed daemon runs and its role gets permissions for (one list for both);
+    # None = every registered rule. ``inventory`` is always included.
     rules: list[str] | None = None
     dry_run: bool = True
 

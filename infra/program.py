@@ -23,10 +23,12 @@ from infra.components.lustre import Lustre, LustreArgs
 from infra.components.network import Network, NetworkArgs
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.cost import estimate_stack, totals
+from infra.lambda_package import DEFAULT_DEST, LambdaPackageError, ensure_lambda_package
 
 NAMESPACE = "coreburst"
-# Built by `make lambda-package`: the daemon and its dependencies for the Lambda runtime.
-LAMBDA_PACKAGE = Path(__file__).resolve().parent.parent / "build" / "lambda"
+# The daemon and its dependencies for the Lambda runtime; main() builds it when missing or
+# stale (infra.lambda_package, also `make lambda-package`).
+LAMBDA_PACKAGE = DEFAULT_DEST
 # Applied to every resource: the budget filters on it, and the guardrails' IAM policy only
 # allows writes on resources that carry it.
 STACK_TAG_KEY = "coreburst-stack"
@@ -94,6 +96,7 @@ def build(
                     instance_tags={**tags, "coreburst-cluster": c.name},
                     lustre_dns=lustre.file_system.dns_name if lustre else None,
                     lustre_mount_name=lustre.file_system.mount_name if lustre else None,
+                    lustre_efa=bool(cfg.lustre and cfg.lustre.efa_enabled),
                 ),
                 opts=opts,
             )
@@ -151,7 +154,8 @@ def guardrail_rules(cfg: StackConfig) -> list[str]:
             f"coreburst:guardrails.rules: unknown rule(s) {', '.join(unknown)}; known: "
             f"{', '.join(sorted(REGISTRY))}"
         )
-    return names
+    # Every rule works on the inventory, so it always runs and is always granted.
+    return sorted({"inventory", *names})
 
 
 def _guardrails(
@@ -176,6 +180,8 @@ def _guardrails(
             daemon_config={
                 "regions": [cfg.region],
                 "dry_run": cfg.guardrails.dry_run,
+                # One list drives both the role's permissions and what the daemon runs.
+                "rules": names,
                 # Lambda has no persistent disk: the audit log goes to CloudWatch via stdout
                 # and state to DynamoDB (set through the function's environment).
                 "state": {"audit_log": "/tmp/coreburst-audit.jsonl"},
@@ -188,15 +194,17 @@ def _guardrails(
 
 
 def main() -> None:
+    """What ``pulumi preview``/``up`` run (through ``infra/__main__.py``)."""
     try:
         cfg = parse_stack_config(read_stack_config())
-        if cfg.guardrails.enabled and not (LAMBDA_PACKAGE / "guardrails").is_dir():
-            raise StackConfigError(
-                f"coreburst:guardrails.enabled is true but {LAMBDA_PACKAGE} has no package: "
-                "run `make lambda-package` first"
-            )
-    except StackConfigError as exc:
+        package = LAMBDA_PACKAGE
+        if cfg.guardrails.enabled:
+            guardrail_rules(cfg)
+            # Built here, before anything is declared: a fresh clone previews and deploys
+            # without a separate build step, and a stale package is never uploaded.
+            package = ensure_lambda_package(LAMBDA_PACKAGE)
+    except (StackConfigError, LambdaPackageError) as exc:
         # Fail before any resource is declared, with the one line that says what to fix.
         raise pulumi.RunError(str(exc)) from None
-    for key, value in build(cfg, pulumi.get_stack()).items():
+    for key, value in build(cfg, pulumi.get_stack(), package).items():
         pulumi.export(key, value)

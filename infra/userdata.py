@@ -37,12 +37,47 @@ for line in sys.stdin:
 """
 
 
+# FSx for Lustre user guide, "Configuring EFA clients"
+# (https://docs.aws.amazon.com/fsx/latest/LustreGuide/configure-efa-clients.html), step 2
+# "Quick setup": download and unzip this package and run its setup.sh, which loads the Lustre
+# modules, configures LNet's TCP and EFA interfaces and installs a systemd service (this name)
+# that redoes it on every boot. The Lustre client and EFA driver come with the Deep Learning AMI.
+EFA_LUSTRE_CLIENT_ZIP = (
+    "https://docs.aws.amazon.com/fsx/latest/LustreGuide/samples/configure-efa-fsx-lustre-client.zip"
+)
+EFA_LUSTRE_CLIENT_SERVICE = "configure-efa-fsx-lustre-client.service"
+# The instance types that guide's step 3 lists with their EFA interface counts. It excludes the
+# trn2 family outright ("EFA is supported on Nitro v4 (or higher) EC2 instances that support
+# EFA, excluding the trn2 instance family"); other types mount over TCP.
+EFA_LUSTRE_CLIENT_TYPES = frozenset(
+    {
+        "p5.48xlarge",
+        "p5e.48xlarge",
+        "p5en.48xlarge",
+        "p6-b200.48xlarge",
+        "p6e-gb200.36xlarge",
+    }
+)
+
+
+def lustre_efa_client_supported(instance_type: str) -> bool:
+    """Whether nodes of this type reach an EFA-enabled Lustre over EFA (else over TCP)."""
+    return instance_type in EFA_LUSTRE_CLIENT_TYPES
+
+
 def render_user_data(
     kind: AcceleratorKind,
     lustre_dns: str | None = None,
     lustre_mount_name: str | None = None,
     mount_point: str = "/fsx",
+    lustre_efa: bool = False,
 ) -> str:
+    """The node's boot script. ``lustre_efa``: the file system is EFA-enabled and this node
+    type is an EFA client, so LNet gets its EFA interfaces before the mount.
+
+    >>> "setup.sh" in render_user_data("nvidia", "fs.example", "abcd", lustre_efa=True)
+    True
+    """
     lines = ["#!/bin/bash", "set -euo pipefail", ""]
     if kind == "nvidia":
         cfg = cloudwatch_agent_config()
@@ -82,17 +117,41 @@ def render_user_data(
             "systemctl enable --now coreburst-neuron-relay.service",
         ]
     if lustre_dns and lustre_mount_name:
-        mp = shlex.quote(mount_point)
-        src = shlex.quote(f"{lustre_dns}@tcp:/{lustre_mount_name}")
-        fstab = (
-            f"{lustre_dns}@tcp:/{lustre_mount_name} {mount_point} lustre "
-            "defaults,noatime,flock,_netdev,x-systemd.automount 0 0"
-        )
-        lines += [
-            "",
-            "# Shared Lustre scratch/checkpoint file system.",
-            f"mkdir -p {mp}",
-            f"grep -q ' {mount_point} ' /etc/fstab || echo {shlex.quote(fstab)} >> /etc/fstab",
-            f"mountpoint -q {mp} || mount -t lustre -o noatime,flock {src} {mp}",
-        ]
+        lines += ["", *_lustre_mount(lustre_dns, lustre_mount_name, mount_point, lustre_efa)]
     return "\n".join(lines) + "\n"
+
+
+def _lustre_mount(dns: str, mount_name: str, mount_point: str, efa: bool) -> list[str]:
+    mp = shlex.quote(mount_point)
+    # Clients always name the file system by its TCP NID; with LNet's efa network configured,
+    # the client then moves the bulk traffic to the EFA interfaces by itself.
+    src = f"{dns}@tcp:/{mount_name}"
+    lines = [
+        "# Shared Lustre scratch/checkpoint file system.",
+        'lustre_opts="defaults,noatime,flock,_netdev,x-systemd.automount"',
+    ]
+    if efa:
+        zip_name = EFA_LUSTRE_CLIENT_ZIP.rsplit("/", 1)[1]
+        folder = zip_name.removesuffix(".zip")
+        lines += [
+            "# EFA-enabled file system: give LNet its EFA interfaces before mounting (FSx for",
+            "# Lustre user guide, Configuring EFA clients). If that fails the node still mounts,",
+            "# over TCP, and says so in the boot log.",
+            'efa_dir="$(mktemp -d)"',
+            f'if (cd "$efa_dir" && curl -fsSLO {shlex.quote(EFA_LUSTRE_CLIENT_ZIP)} \\',
+            f"    && unzip -q {zip_name} && cd {folder} && ./setup.sh); then",
+            # At boot, mount only once the service has configured LNet again.
+            f'  lustre_opts="$lustre_opts,x-systemd.requires={EFA_LUSTRE_CLIENT_SERVICE}"',
+            "  lnetctl net show --net efa \\",
+            '    || echo "coreburst: LNet has no efa network; Lustre stays on TCP" >&2',
+            "else",
+            '  echo "coreburst: EFA client setup for Lustre failed; mounting over TCP" >&2',
+            "fi",
+        ]
+    fstab = f"{src} {mount_point} lustre $lustre_opts 0 0"
+    lines += [
+        f"mkdir -p {mp}",
+        f'grep -q " {mount_point} " /etc/fstab || echo "{fstab}" >> /etc/fstab',
+        f"mountpoint -q {mp} || mount -t lustre -o noatime,flock {shlex.quote(src)} {mp}",
+    ]
+    return lines

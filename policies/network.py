@@ -207,14 +207,17 @@ def lustre_ports_cluster_only(args: StackValidationArgs, report_violation: Repor
                     f"{', '.join(cidrs)}; allow the cluster's security group instead",
                     r.urn,
                 )
-            elif cluster and not peers <= cluster:
-                others = ", ".join(p.rsplit("::", 1)[-1] for p in sorted(peers - cluster))
+            # The file system's own groups are allowed peers: its file servers must reach each
+            # other on these ports (FSx for Lustre user guide, "File system access control with
+            # Amazon VPC"; CreateFileSystem fails without it).
+            elif cluster and not peers <= cluster | groups:
+                others = ", ".join(p.rsplit("::", 1)[-1] for p in sorted(peers - cluster - groups))
                 report_violation(
                     f"{LUSTRE} {fs.name}: rule {r.name} opens {_ports(r.props)} to {others}, "
                     "which no cluster node uses",
                     r.urn,
                 )
-            else:
+            elif peers & cluster:
                 open_to_cluster |= ports
         closed = sorted(LUSTRE_PORTS - open_to_cluster)
         if cluster and closed:

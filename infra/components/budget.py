@@ -47,6 +47,15 @@ class Budget(pulumi.ComponentResource):
                                 "Principal": {"Service": "budgets.amazonaws.com"},
                                 "Action": "SNS:Publish",
                                 "Resource": arn,
+                                # Confused deputy: only budgets of this account may publish
+                                # (AWS Budgets user guide, "Creating an Amazon SNS topic for
+                                # budget notifications").
+                                "Condition": {
+                                    "StringEquals": {"aws:SourceAccount": arn.split(":")[4]},
+                                    "ArnLike": {
+                                        "aws:SourceArn": f"arn:aws:budgets::{arn.split(':')[4]}:*"
+                                    },
+                                },
                             }
                         ],
                     }

@@ -14,7 +14,7 @@ from infra.catalog import Catalog
 from infra.components import TOKEN_PREFIX
 from infra.config import Cluster
 from infra.efa import efa_layout
-from infra.userdata import render_user_data
+from infra.userdata import lustre_efa_client_supported, render_user_data
 
 SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 CLOUDWATCH_AGENT_POLICY = "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
@@ -30,6 +30,8 @@ class GpuClusterArgs:
     instance_tags: dict[str, str]
     lustre_dns: pulumi.Input[str] | None = None
     lustre_mount_name: pulumi.Input[str] | None = None
+    # The file system is EFA-enabled: nodes whose type is an EFA client configure LNet for it.
+    lustre_efa: bool = False
 
 
 def network_interfaces(
@@ -104,8 +106,11 @@ class GpuCluster(pulumi.ComponentResource):
             name=ami_param, opts=pulumi.InvokeOutputOptions(parent=self)
         )
 
+        lustre_efa = args.lustre_efa and c.efa and lustre_efa_client_supported(c.instance_type)
         user_data = pulumi.Output.all(args.lustre_dns, args.lustre_mount_name).apply(
-            lambda v: base64.b64encode(render_user_data(kind, v[0], v[1]).encode()).decode()
+            lambda v: base64.b64encode(
+                render_user_data(kind, v[0], v[1], lustre_efa=lustre_efa).encode()
+            ).decode()
         )
 
         efa_count = facts.efa_interfaces.value if c.efa else 0

@@ -8,20 +8,67 @@ from the enabled rules' declarations (``infra.guardrails_iam``).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
 
+from guardrails.state_dynamo import TTL_ATTRIBUTE
 from infra.components import TOKEN_PREFIX
-from infra.guardrails_iam import policy_document
+from infra.guardrails_iam import STATE_TABLE_ACTIONS, policy_document
+
+_RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+_UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
 
 
-def _assume(service: str) -> str:
-    """Trust policy letting ``service`` assume the role."""
-    statement = {"Effect": "Allow", "Principal": {"Service": service}, "Action": "sts:AssumeRole"}
+def schedule_interval_s(expression: str) -> int:
+    """Seconds between two runs of an EventBridge Scheduler expression.
+
+    ``rate(value unit)`` gives it exactly ("Schedule types on EventBridge Scheduler",
+    https://docs.aws.amazon.com/scheduler/latest/UserGuide/schedule-types.html). A ``cron()``
+    schedule has no fixed interval; one minute, its finest granularity, is the safe lower bound
+    (the daemon's lease lives no longer than this, so a crashed invocation never blocks the
+    next one).
+
+    >>> schedule_interval_s("rate(5 minutes)"), schedule_interval_s("cron(0 * * * ? *)")
+    (300, 60)
+    """
+    m = _RATE.match(expression.strip())
+    if not m:
+        return 60
+    return int(m.group(1)) * _UNIT_S[m.group(2).rstrip("s")]
+
+
+def _assume(service: str, condition: Mapping[str, Any] | None = None) -> str:
+    """Trust policy letting ``service`` assume the role (optionally only under ``condition``)."""
+    statement: dict[str, Any] = {
+        "Effect": "Allow",
+        "Principal": {"Service": service},
+        "Action": "sts:AssumeRole",
+    }
+    if condition:
+        statement["Condition"] = dict(condition)
     return json.dumps({"Version": "2012-10-17", "Statement": [statement]})
+
+
+def scheduler_trust_policy(function_arn: str, group: str = "default") -> str:
+    """The Scheduler execution role's trust policy, pinned to this account's schedule group
+    against the confused-deputy problem (IAM User Guide, "The confused deputy problem",
+    https://docs.aws.amazon.com/IAM/latest/UserGuide/confused-deputy.html; EventBridge Scheduler
+    User Guide, "Set up the execution role", https://docs.aws.amazon.com/scheduler/latest/
+    UserGuide/setting-up.html#setting-up-execution-role)."""
+    _, partition, _, region, account, *_ = function_arn.split(":")
+    group_arn = f"arn:{partition}:scheduler:{region}:{account}:schedule-group/{group}"
+    return _assume(
+        "scheduler.amazonaws.com",
+        {
+            "StringEquals": {"aws:SourceAccount": account},
+            "ArnEquals": {"aws:SourceArn": group_arn},
+        },
+    )
 
 
 @dataclass
@@ -56,7 +103,9 @@ class Guardrails(pulumi.ComponentResource):
             ],
             point_in_time_recovery=aws.dynamodb.TablePointInTimeRecoveryArgs(enabled=True),
             server_side_encryption=aws.dynamodb.TableServerSideEncryptionArgs(enabled=True),
-            ttl=aws.dynamodb.TableTtlArgs(attribute_name="expires_at", enabled=True),
+            # Snapshots carry this attribute (epoch seconds): DynamoDB deletes them by itself
+            # even when the daemon's hourly prune cannot run.
+            ttl=aws.dynamodb.TableTtlArgs(attribute_name=TTL_ATTRIBUTE, enabled=True),
             opts=child,
         )
         # The webhook URL is set out of band (`aws secretsmanager put-secret-value`), never in
@@ -115,13 +164,7 @@ class Guardrails(pulumi.ComponentResource):
                     args.tag_key,
                     args.tag_value,
                     own_resources={
-                        arns[0]: [
-                            "dynamodb:GetItem",
-                            "dynamodb:PutItem",
-                            "dynamodb:UpdateItem",
-                            "dynamodb:DeleteItem",
-                            "dynamodb:Query",
-                        ],
+                        arns[0]: list(STATE_TABLE_ACTIONS),
                         arns[1]: ["secretsmanager:GetSecretValue"],
                         arns[2]: [
                             "sqs:ReceiveMessage",
@@ -140,7 +183,13 @@ class Guardrails(pulumi.ComponentResource):
                 "COREBURST_STATE_TABLE": v[0],
                 "COREBURST_SLACK_WEBHOOK_SECRET_ARN": v[1],
                 "COREBURST_BUDGET_QUEUE_URL": v[2],
-                "COREBURST_CONFIG_JSON": json.dumps(dict(args.daemon_config)),
+                # The daemon's interval is the schedule's: its leader lease lives no longer.
+                "COREBURST_CONFIG_JSON": json.dumps(
+                    {
+                        "interval": f"{schedule_interval_s(args.schedule_expression)}s",
+                        **dict(args.daemon_config),
+                    }
+                ),
             }
         )
         self.function = aws.lambda_.Function(
@@ -160,7 +209,7 @@ class Guardrails(pulumi.ComponentResource):
 
         scheduler_role = aws.iam.Role(
             f"{name}-scheduler-role",
-            assume_role_policy=_assume("scheduler.amazonaws.com"),
+            assume_role_policy=self.function.arn.apply(scheduler_trust_policy),
             opts=child,
         )
         aws.iam.RolePolicy(

@@ -28,8 +28,9 @@ class Network(pulumi.ComponentResource):
     """One VPC with a private subnet in the compute AZ (EFA does not cross AZs).
 
     ``efa_sg`` carries the single self-referencing all-traffic rule in both directions that
-    OS-bypass traffic needs; ``node_sg`` gives nodes their egress (SSM, CloudWatch, S3);
-    ``lustre_sg`` admits Lustre's ports from the cluster only.
+    OS-bypass traffic needs; ``node_sg`` gives nodes their egress (SSM, CloudWatch, S3) and is
+    the Lustre client group; ``lustre_sg`` opens Lustre's ports between the file servers and
+    to and from the clients, nothing else.
     """
 
     def __init__(
@@ -107,6 +108,9 @@ class Network(pulumi.ComponentResource):
             opts=child,
         )
 
+        # EC2 cannot change a group's description: a new one replaces the group, which fails
+        # while running nodes still use it. The node group's description predates its Lustre
+        # ingress (see _lustre_rules) and is kept as first deployed.
         self.node_sg = aws.ec2.SecurityGroup(
             f"{name}-node",
             vpc_id=self.vpc.id,
@@ -132,30 +136,7 @@ class Network(pulumi.ComponentResource):
             tags={"Name": f"{name}-lustre"},
             opts=child,
         )
-        for low, high in LUSTRE_PORTS:
-            port = f"{low}" if low == high else f"{low}-{high}"
-            aws.vpc.SecurityGroupIngressRule(
-                f"{name}-lustre-in-{port}",
-                security_group_id=self.lustre_sg.id,
-                referenced_security_group_id=self.efa_sg.id,
-                ip_protocol="tcp",
-                from_port=low,
-                to_port=high,
-                description=f"Lustre {port} from cluster nodes",
-                opts=child,
-            )
-            # Clients open LNet connections to the file servers; their egress is scoped to the
-            # Lustre group, not the internet.
-            aws.vpc.SecurityGroupEgressRule(
-                f"{name}-node-out-lustre-{port}",
-                security_group_id=self.node_sg.id,
-                referenced_security_group_id=self.lustre_sg.id,
-                ip_protocol="tcp",
-                from_port=low,
-                to_port=high,
-                description=f"Lustre {port} to the file system",
-                opts=child,
-            )
+        self._lustre_rules(name, child)
 
         if args.vpc.interface_endpoints:
             self._endpoints(name, args, child)
@@ -169,6 +150,47 @@ class Network(pulumi.ComponentResource):
                 "lustre_security_group_id": self.lustre_sg.id,
             }
         )
+
+    def _lustre_rules(self, name: str, child: pulumi.ResourceOptions) -> None:
+        """LNet rules as the FSx for Lustre user guide lays them out ("File system access
+        control with Amazon VPC"): the file system's group admits 988 and 1018-1023 from itself
+        (the file servers talk to each other; without it CreateFileSystem fails with "... do
+        not permit Lustre LNET network traffic on port 988") and from the clients; the clients'
+        group admits them from itself and from the file system. pulumi-aws drops AWS's default
+        allow-all egress, so every direction also gets its outbound rule. ``node_sg`` is the
+        client group: every cluster node carries it, EFA or not.
+        """
+        fs, clients = self.lustre_sg, self.node_sg
+        # (owner, peer, key): key names the pair in the rule's resource name, stably.
+        pairs = (
+            (fs, fs, "lustre", "self"),
+            (fs, clients, "lustre", "clients"),
+            (clients, clients, "node", "clients"),
+            (clients, fs, "node", "lustre"),
+        )
+        for low, high in LUSTRE_PORTS:
+            port = f"{low}" if low == high else f"{low}-{high}"
+            for owner, peer, owner_key, peer_key in pairs:
+                aws.vpc.SecurityGroupIngressRule(
+                    f"{name}-{owner_key}-in-lustre-{port}-from-{peer_key}",
+                    security_group_id=owner.id,
+                    referenced_security_group_id=peer.id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre {port} from {peer_key}",
+                    opts=child,
+                )
+                aws.vpc.SecurityGroupEgressRule(
+                    f"{name}-{owner_key}-out-lustre-{port}-to-{peer_key}",
+                    security_group_id=owner.id,
+                    referenced_security_group_id=peer.id,
+                    ip_protocol="tcp",
+                    from_port=low,
+                    to_port=high,
+                    description=f"Lustre {port} to {peer_key}",
+                    opts=child,
+                )
 
     def _nat(self, name: str, args: NetworkArgs, child: pulumi.ResourceOptions) -> None:
         az = args.availability_zone

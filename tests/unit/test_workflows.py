@@ -110,3 +110,21 @@ def test_actionlint_really_lints(tmp_path: Path) -> None:
     bad.write_text("on: push\njobs:\n  x:\n    steps:\n      - run: echo ${{ github.nope }}\n")
     result = subprocess.run([binary, "-no-color", str(bad)], capture_output=True, check=False)
     assert result.returncode == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "pulumi_cmd"), [("preview.yml", "pulumi preview"), ("deploy.yml", "pulumi up")]
+)
+def test_lambda_package_is_built_before_pulumi_runs(name: str, pulumi_cmd: str) -> None:
+    """Prod enables the guardrails Lambda, whose code is build/lambda (git-ignored): a fresh
+    checkout has none. The workflow builds it in the venv Pulumi.yaml names, before Pulumi."""
+    steps = [s for job in _load(name)["jobs"].values() for s in job["steps"]]
+    runs = [s.get("run", "") for s in steps]
+    build = next(i for i, r in enumerate(runs) if "-m infra.lambda_package" in r)
+    install = next(i for i, r in enumerate(runs) if "pip install -e ." in r)
+    pulumi = next(i for i, r in enumerate(runs) if pulumi_cmd in r)
+    assert install < build < pulumi
+    assert runs[build].strip().startswith(".venv/bin/python ")
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
+    assert project["runtime"]["options"]["virtualenv"] == ".venv"
+    assert "build/" in (ROOT / ".gitignore").read_text().split()

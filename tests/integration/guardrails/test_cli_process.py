@@ -255,3 +255,47 @@ def test_status_and_explain_show_the_numbers(
     assert ex.returncode == 0, ex.stderr
     assert "state: idle" in ex.stdout and "below 5%" in ex.stdout
     assert "2.0" in ex.stdout  # the per-device peak
+
+
+def test_run_serves_metrics_on_the_configured_address(tmp_path: Path, t0: datetime) -> None:
+    """``metrics_endpoint.address`` (here through its env override, as the container sets it)
+    is where `run` listens. 127.0.0.2 is loopback too, so nothing leaves this machine, but it
+    is not the old hard-wired 127.0.0.1: that one must refuse."""
+    import socket
+    import urllib.request
+
+    cfg = tmp_path / "g.yaml"
+    # An unreachable AWS: the cycle fails, is logged, and the loop (and endpoint) stay up.
+    cfg.write_text(config_text(f"http://127.0.0.1:{free_port()}", tmp_path))
+    port = free_port()
+    e = env(
+        t0,
+        None,
+        COREBURST_METRICS_ENDPOINT__ENABLED="true",
+        COREBURST_METRICS_ENDPOINT__ADDRESS="127.0.0.2",
+        COREBURST_METRICS_ENDPOINT__PORT=str(port),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "guardrails", "run", "--config", str(cfg)],
+        env=e,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        body = ""
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics", timeout=2) as r:
+                    body = r.read().decode()
+                break
+            except OSError:
+                time.sleep(0.2)
+        assert "coreburst_guardrails_cycle_seconds" in body, proc.poll()
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+    finally:
+        proc.kill()
+        _, err = proc.communicate(timeout=10)
+    assert '"metrics.listening"' in err and '"127.0.0.2"' in err

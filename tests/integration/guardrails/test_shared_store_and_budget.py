@@ -1,17 +1,30 @@
-"""Against moto server and the loopback Slack receiver: two daemons on one store act once,
-and an AWS Budgets notification travels SNS -> SQS -> daemon -> Slack exactly once."""
+"""Against moto server and the loopback Slack receiver: two daemons on one store act once, an
+AWS Budgets notification travels SNS -> SQS -> daemon -> Slack exactly once, and the Lambda
+entry point on DynamoDB acts on every scheduled invocation and survives a SIGKILL."""
 
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from guardrails.budget_relay import relay_budget_notices
-from guardrails.emulator import WebhookReceiver
+from guardrails.clock import FakeClock
+from guardrails.emulator import FleetNode, WebhookReceiver, launch, publish
+from guardrails.state_dynamo import DynamoState, create_table
 
+from .conftest import METRICS
 from .test_daemon_loopback import fleet, step
 
 pytestmark = pytest.mark.integration
@@ -79,46 +92,235 @@ def test_budget_notification_end_to_end(harness: Any, hook: WebhookReceiver) -> 
     assert len([p for p in hook.posts if "Budget alert" in json.dumps(p)]) == 1
 
 
-def test_lambda_handler_runs_one_cycle_on_dynamodb(
-    moto: Any, hook: WebhookReceiver, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The deployed entry point: config from the environment, state in DynamoDB, the webhook
-    from Secrets Manager; everything on the emulator."""
-    import boto3
+# -- the deployed entry point: guardrails.lambda_handler on DynamoDB -------------------------
 
-    from guardrails.lambda_handler import handler
-    from guardrails.state_dynamo import DynamoState, create_table
 
-    monkeypatch.setenv("AWS_ENDPOINT_URL", moto.url)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    table = create_table(boto3.resource("dynamodb"), "guardrails-state")
-    secret = boto3.client("secretsmanager").create_secret(
-        Name="slack-webhook", SecretString=hook.url
-    )["ARN"]
-    boto3.client("ec2").run_instances(
-        ImageId="ami-12c6146b", InstanceType="p5.48xlarge", MinCount=1, MaxCount=1
-    )
-    config = {
+@dataclass
+class LambdaContext:
+    """The context attributes the handler reads, as Lambda's Python runtime provides them
+    ("Using the Lambda context object to retrieve Python function information",
+    https://docs.aws.amazon.com/lambda/latest/dg/python-context.html). Made up by us."""
+
+    aws_request_id: str
+    timeout_s: float = 120.0
+
+    def get_remaining_time_in_millis(self) -> int:
+        return int(self.timeout_s * 1000)
+
+
+@dataclass
+class LambdaStack:
+    """What the Guardrails component deploys, recreated on the emulator: the state table, the
+    webhook secret, the budget queue behind its SNS topic, and the function's environment."""
+
+    endpoint: str
+    table: Any
+    queue_url: str
+    topic_arn: str
+    env: dict[str, str]
+
+    def ec2(self) -> Any:
+        return boto3.client("ec2", endpoint_url=self.endpoint)
+
+    def cw(self) -> Any:
+        return boto3.client("cloudwatch", endpoint_url=self.endpoint)
+
+    def idle_node(self, at: datetime, tags: dict[str, str] | None = None) -> FleetNode:
+        """A p5 whose eight GPUs have been idle for the 40 minutes before ``at``."""
+        iid = launch(self.ec2(), "p5.48xlarge", {"owner": "alice", **(tags or {})})[0]
+        node = FleetNode(iid, "us-east-1", "nvidia", 8, "idle")
+        self.publish([node], at - timedelta(minutes=40), at + timedelta(minutes=30))
+        return node
+
+    def publish(self, nodes: list[FleetNode], start: datetime, end: datetime) -> None:
+        publish({"us-east-1": self.cw()}, nodes, start, end, metric_defs=METRICS)
+
+    def tags(self, iid: str) -> dict[str, str]:
+        r = self.ec2().describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+        return {t["Key"]: t["Value"] for t in r.get("Tags", [])}
+
+    def instance_state(self, iid: str) -> str:
+        r = self.ec2().describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]
+        return str(r["State"]["Name"])
+
+
+def lambda_config(endpoint: str, tmp: Path, **over: Any) -> dict[str, Any]:
+    cfg: dict[str, Any] = {
         "regions": ["us-east-1"],
-        "aws": {"endpoint_url": moto.url},
-        "dry_run": True,
-        "state": {"audit_log": str(tmp_path / "audit.jsonl")},
+        "aws": {"endpoint_url": endpoint, "max_attempts": 2},
+        "dry_run": False,
+        "interval": "60s",  # what the component derives from rate(1 minute)
+        "idle": {"window": "30m", "max_gap": "5m"},
+        "reclaim": {"grace": "20m"},
+        "state": {"audit_log": str(tmp / "audit.jsonl")},
         "safety": {"kill_switch_file": None},
         "metrics_endpoint": {"enabled": False},
+        "slack": {"backoff_base": "1s"},
         "spend": {
             "cost_explorer": False,
             "spot_price": "catalog-estimate",
             "include_lustre": False,
             "direct_connect_ports": [],
+            "scopes": [{"name": "account"}],
         },
         "egress": {"enabled": False},
     }
-    monkeypatch.setenv("COREBURST_CONFIG_JSON", json.dumps(config))
-    monkeypatch.setenv("COREBURST_STATE_TABLE", "guardrails-state")
-    monkeypatch.setenv("COREBURST_SLACK_WEBHOOK_SECRET_ARN", secret)
-    out = handler({}, None)
+    cfg.update(over)
+    return cfg
+
+
+@pytest.fixture
+def lambda_stack(
+    moto: Any, hook: WebhookReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., LambdaStack]:
+    def deploy(**config: Any) -> LambdaStack:
+        env = {
+            "AWS_ENDPOINT_URL": moto.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        table = create_table(boto3.resource("dynamodb"), "guardrails-state")
+        secret = boto3.client("secretsmanager").create_secret(
+            Name="slack-webhook", SecretString=hook.url
+        )["ARN"]
+        sns, sqs = boto3.client("sns"), boto3.client("sqs")
+        topic = sns.create_topic(Name="budget-alerts")["TopicArn"]
+        queue = sqs.create_queue(QueueName="budget-events")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+        fn_env = {
+            "COREBURST_CONFIG_JSON": json.dumps(lambda_config(moto.url, tmp_path, **config)),
+            "COREBURST_STATE_TABLE": "guardrails-state",
+            "COREBURST_SLACK_WEBHOOK_SECRET_ARN": secret,
+            "COREBURST_BUDGET_QUEUE_URL": queue,
+        }
+        for k, v in fn_env.items():
+            monkeypatch.setenv(k, v)
+        return LambdaStack(moto.url, table, queue, topic, {**env, **fn_env})
+
+    return deploy
+
+
+def invoke(at: datetime, request_id: str) -> dict[str, Any]:
+    from guardrails.lambda_handler import run
+
+    return run({}, LambdaContext(request_id), clock=FakeClock(at))
+
+
+def mark_titles(hook: WebhookReceiver) -> list[str]:
+    return [t for t in hook.titles() if "will be stopped" in t]
+
+
+def test_lambda_handler_runs_one_cycle_on_dynamodb(
+    lambda_stack: Any, hook: WebhookReceiver, t0: datetime
+) -> None:
+    """The deployed entry point: config from the environment, state in DynamoDB, the webhook
+    from Secrets Manager; everything on the emulator."""
+    stack = lambda_stack(dry_run=True)
+    stack.idle_node(t0)
+    out = invoke(t0, "req-1")
     assert out["nodes"] >= 1 and out["errors"] == []
-    # The invocation took the leader lease in DynamoDB: nobody else may act for now.
-    assert not DynamoState(table).acquire_lease("leader", "someone-else", datetime.now(UTC), 60)
+    # The invocation handed the leader lease back: the next one (another request id) may act
+    # at once.
+    assert DynamoState(stack.table).acquire_lease("leader", "lambda:req-2", t0, 60)
+
+
+def test_scheduled_invocations_each_act(
+    lambda_stack: Any, hook: WebhookReceiver, t0: datetime
+) -> None:
+    """EventBridge Scheduler at rate(1 minute): invocations at 0, 60 and 120 s, each with its
+    own request id. Each must be the leader and do its cycle's work — here, mark the node that
+    went idle since the last one and send its Slack warning. (Before: the first invocation's
+    lease, never released and held for 180 s, left the second and third standing by.)"""
+    stack = lambda_stack()
+    for i in range(3):
+        at = t0 + timedelta(seconds=60 * i)
+        node = stack.idle_node(at)
+        out = invoke(at, f"req-{i}")
+        assert out["errors"] == [], out
+        assert stack.tags(node.instance_id).get("coreburst:idle-since") == at.isoformat()
+        assert mark_titles(hook)[-1] == f"Idle node {node.instance_id} will be stopped"
+    assert len(mark_titles(hook)) == 3
+
+
+def test_budget_notice_relayed_by_the_lambda(
+    lambda_stack: Any, hook: WebhookReceiver, t0: datetime
+) -> None:
+    stack = lambda_stack()
+    boto3.client("sns").publish(TopicArn=stack.topic_arn, Message=BUDGETS_TEXT)
+    out = invoke(t0, "req-1")
+    assert out["budget_notices"] == 1
+    assert [t for t in hook.titles() if t.startswith("Budget alert")] == [
+        "Budget alert: budget-monthly"
+    ]
+    assert invoke(t0 + timedelta(seconds=60), "req-2")["budget_notices"] == 0
+
+
+def _killed_invocation(stack: LambdaStack, at: datetime, point: str, marker: Path) -> None:
+    """One Lambda invocation in its own process, SIGKILLed at ``point`` (as Lambda ends one at
+    its timeout or out of memory: no finally runs)."""
+    script = (
+        "import sys; from datetime import datetime\n"
+        "from guardrails.clock import OffsetClock\n"
+        "from guardrails.lambda_handler import run\n"
+        "class Context:\n"
+        "    aws_request_id = 'req-killed'\n"
+        "    def get_remaining_time_in_millis(self): return 120_000\n"
+        "run({}, Context(), clock=OffsetClock(datetime.fromisoformat(sys.argv[1])))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COREBURST_", "AWS_"))}
+    env.update(stack.env)
+    env["COREBURST_TEST_PAUSE_AT"] = f"{point}:{marker}"
+    p = subprocess.Popen(
+        [sys.executable, "-c", script, at.isoformat()],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 90
+    while not marker.exists():
+        assert p.poll() is None, p.stderr.read() if p.stderr else ""
+        assert time.monotonic() < deadline, "never reached the pause point"
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait(timeout=10)
+    marker.unlink()
+
+
+def test_sigkilled_invocation_blocks_one_interval_and_its_intent_is_recovered(
+    lambda_stack: Any, hook: WebhookReceiver, t0: datetime, tmp_path: Path
+) -> None:
+    """kill -9 on DynamoDB: an invocation dies right after recording its intent, holding the
+    lease. The next invocation within the schedule interval stands by; the one after the
+    interval leads, finds the instance still running, drops the intent, decides afresh and
+    stops the node exactly once."""
+    stack = lambda_stack()
+    node = stack.idle_node(t0)
+    iid = node.instance_id
+    assert invoke(t0, "req-1")["errors"] == []  # marks it
+    t_act = t0 + timedelta(minutes=21)  # past the 20 min grace
+    stack.publish([node], t0, t_act + timedelta(minutes=5))
+    _killed_invocation(stack, t_act, "after-intent", tmp_path / "paused")
+    store = DynamoState(stack.table)
+    assert [r["instance_id"] for r in store.pending_intents()] == [iid]
+    assert stack.instance_state(iid) == "running"
+
+    # 30 s later the dead invocation's lease still holds: this one only observes.
+    invoke(t_act + timedelta(seconds=30), "req-3")
+    assert stack.instance_state(iid) == "running"
+    assert [r["instance_id"] for r in store.pending_intents()] == [iid]
+
+    # One interval (60 s) after the killed one began, the lease has run out.
+    out = invoke(t_act + timedelta(seconds=61), "req-4")
+    assert out["errors"] == [], out
+    assert stack.instance_state(iid) in ("stopping", "stopped")
+    events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    kinds = [e["event"] for e in events if e["event"].startswith("action.")]
+    assert kinds == ["action.intent-dropped", "action.executed"]
+    assert [r["status"] for r in store.actions()] == ["done"]
+    assert hook.titles().count(f"Idle node {iid} stopped") == 1

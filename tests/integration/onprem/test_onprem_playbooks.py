@@ -180,10 +180,11 @@ def test_site_is_idempotent_in_a_sandbox(tmp_path: Path) -> None:
     assert not (b_etc / "nhc").exists()  # but no GPU-node roles
     nhc = (etc / "nhc" / "nhc.conf").read_text()
     assert "sandbox-a || check_hw_ib 400 mlx5_7:1" in nhc
-    assert (
-        "Pin: version 550.90.07-*"
-        in (etc / "apt" / "preferences.d" / "coreburst-nvidia-fabricmanager").read_text()
-    )
+    # Driver and fabric manager are locked to the branch, not to one build.
+    for pref in ("coreburst-nvidia-fabricmanager", "coreburst-nvidia-driver"):
+        assert "Pin: version 550.*" in (etc / "apt" / "preferences.d" / pref).read_text()
+    doca = (etc / "apt" / "sources.list.d" / "doca.list").read_text()
+    assert f"signed-by={etc}/apt/keyrings/doca.asc" in doca
     assert 'Unattended-Upgrade "0"' in (etc / "apt" / "apt.conf.d" / "20auto-upgrades").read_text()
     assert (
         "memlock unlimited"

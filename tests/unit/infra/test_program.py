@@ -152,14 +152,17 @@ def test_security_group_rules_exactly_as_required(dev: Evaluation) -> None:
         )
         for r in _sg_rules(dev)
     }
+    lnet = {
+        (owner, direction, "tcp", low, high, peer)
+        for owner, peer in ((lustre, lustre), (lustre, node), (node, node), (node, lustre))
+        for direction in ("in", "out")
+        for low, high in ((988, 988), (1018, 1023))
+    }
     assert got == {
         (efa, "in", "-1", None, None, efa),
         (efa, "out", "-1", None, None, efa),
-        (lustre, "in", "tcp", 988, 988, efa),
-        (lustre, "in", "tcp", 1018, 1023, efa),
-        (node, "out", "tcp", 988, 988, lustre),
-        (node, "out", "tcp", 1018, 1023, lustre),
         (node, "out", "tcp", 443, 443, "0.0.0.0/0"),
+        *lnet,
     }
     assert not any(r["direction"] == "in" and "cidrIpv4" in r for r in _sg_rules(dev))
 

@@ -81,7 +81,7 @@ def test_json_lines_are_per_resource() -> None:
     ]
     assert doc["lines"][0]["detail"] == "2 x p5.48xlarge spot @ $24.768/h"
     assert doc["region"] == "us-east-1"
-    assert doc["resourceCount"] == 41  # the dev program's custom AWS resources
+    assert doc["resourceCount"] == 53  # the dev program's custom AWS resources
 
 
 def test_table_prints_total_and_verdict() -> None:

@@ -220,6 +220,29 @@ def test_lustre_ports_partly_closed_or_open_to_strangers(h: Any) -> None:
     ]
 
 
+def test_lustre_group_may_admit_its_own_file_servers(h: Any) -> None:
+    """The FSx for Lustre user guide ("File system access control with Amazon VPC") requires
+    988 and 1018-1023 from the file system's own group; that is not a stranger."""
+    s = Stack(h)
+    for low, high in ((988.0, 988.0), (1018.0, 1023.0)):
+        s.rules.append(
+            h.res(
+                IN,
+                f"lustre-self-{int(low)}",
+                {"ipProtocol": "tcp", "fromPort": low, "toPort": high},
+                securityGroupId=[s.lustre_sg],
+                referencedSecurityGroupId=[s.lustre_sg],
+            )
+        )
+    assert s.check(lustre_ports_cluster_only) == []
+    # Open only among the file servers, the ports are still closed to the cluster.
+    s.rules = [r for r in s.rules if not r.name.startswith("lustre-1018")]
+    assert s.check(lustre_ports_cluster_only) == [
+        f"{FSX} fs: Lustre port(s) 1018, 1019, 1020, 1021, 1022, 1023 are not open to the "
+        "cluster; open TCP 988 and 1018-1023 from the cluster's group",
+    ]
+
+
 def test_lustre_in_another_az(h: Any) -> None:
     s = Stack(h)
     s.lustre_subnet.props["availabilityZone"] = "us-east-1b"

@@ -156,3 +156,66 @@ def test_leader_lease(store: Any) -> None:
     assert store.acquire_lease("leader", "daemon-a", T0 + timedelta(seconds=202), 120) is False
     store.release_lease("leader", "daemon-b")
     assert store.acquire_lease("leader", "daemon-a", T0 + timedelta(seconds=203), 120) is True
+
+
+def test_both_stores_implement_the_store_interface(store: Any) -> None:
+    """mypy checks the signatures (the daemon and the Lambda handler are typed against
+    ``StateStore``); this checks at run time that no member is missing on either store."""
+    from guardrails.store import StateStore
+
+    assert isinstance(store, StateStore)
+    members = [m for m in vars(StateStore) if not m.startswith("_")]
+    assert "drop_intent" in members
+    assert all(callable(getattr(store, m)) for m in members)
+
+
+def test_drop_intent_abandons_only_an_unfinished_action(store: Any) -> None:
+    store.record_intent("stop:i-1:1", "i-1", "us-east-1", "stop", T0)
+    store.record_intent("stop:i-2:1", "i-2", "us-east-1", "stop", T0)
+    store.finish_action("stop:i-2:1", "done", T0, "stopped")
+    assert store.drop_intent("stop:i-1:1") is True
+    assert store.drop_intent("stop:i-2:1") is False  # done: kept as the record of the action
+    assert store.drop_intent("stop:i-1:1") is False
+    assert store.action("stop:i-1:1") is None
+    assert store.action("stop:i-2:1")["status"] == "done"
+    assert store.pending_intents() == []
+    # Abandoned, the same action may be decided and recorded again.
+    assert store.record_intent("stop:i-1:1", "i-1", "us-east-1", "stop", T0) is True
+
+
+def test_dynamodb_snapshots_carry_a_ttl_and_the_table_enforces_it(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """DynamoDB deletes an item once the TTL attribute, a Number of epoch seconds, is in the
+    past ("Using time to live (TTL) in DynamoDB", https://docs.aws.amazon.com/amazondynamodb/
+    latest/developerguide/TTL.html) — the backstop when the hourly prune cannot run."""
+    from guardrails.state_dynamo import TTL_ATTRIBUTE
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        ddb = boto3.resource("dynamodb", region_name="us-east-1")
+        table = create_table(ddb, "coreburst-state")
+        ttl = ddb.meta.client.describe_time_to_live(TableName="coreburst-state")
+        assert ttl["TimeToLiveDescription"] == {
+            "TimeToLiveStatus": "ENABLED",
+            "AttributeName": TTL_ATTRIBUTE,
+        }
+        store = DynamoState(table, snapshot_retention=timedelta(days=3))
+        store.add_spend(T0, "account", burn=1.0, today=1.0, mtd=1.0, proj=1.0)
+        store.add_egress(T0, 1.0, 1.0)
+        store.add_mark("i-1", "us-east-1", T0, "stop", reason="idle", dry=False)
+        raw = boto3.client("dynamodb", region_name="us-east-1")  # the wire form
+        expect = {"N": str(int((T0 + timedelta(days=3)).timestamp()))}
+        for key in (
+            {"pk": "spend#account", "sk": T0.isoformat()},
+            {"pk": "egress", "sk": T0.isoformat()},
+        ):
+            item = raw.get_item(
+                TableName="coreburst-state", Key={k: {"S": v} for k, v in key.items()}
+            )["Item"]
+            assert item[TTL_ATTRIBUTE] == expect
+        mark = raw.get_item(
+            TableName="coreburst-state", Key={"pk": {"S": "mark"}, "sk": {"S": "i-1"}}
+        )["Item"]
+        assert TTL_ATTRIBUTE not in mark  # only snapshots expire

@@ -1,0 +1,106 @@
+"""The one interface the daemon uses for its durable state.
+
+Two stores implement it: ``guardrails.state.State`` (SQLite, the long-running daemon) and
+``guardrails.state_dynamo.DynamoState`` (DynamoDB, the scheduled Lambda). The daemon, the
+outbox and the Lambda handler are typed against ``StateStore`` only, so mypy rejects any use of
+one store's internals (a SQL statement, a table handle) that the other could not honour.
+
+Rows come back as ``sqlite3.Row`` from one store and ``dict`` from the other; both are read
+by column name only (``row["status"]``), which is all ``Row`` promises.
+
+    >>> from guardrails.state import State
+    >>> store: StateStore = State(Path("/tmp/state.sqlite"))  # doctest: +SKIP
+    >>> store.record_intent("stop:i-1", "i-1", "us-east-1", "stop", now)  # doctest: +SKIP
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Protocol, runtime_checkable
+
+
+class Row(Protocol):
+    """A stored record, read by column name."""
+
+    def __getitem__(self, key: str, /) -> Any: ...
+
+
+@runtime_checkable
+class StateStore(Protocol):
+    def close(self) -> None: ...
+
+    # -- idle marks --------------------------------------------------------------------------
+    def marks(self) -> Mapping[str, Row]: ...
+
+    def add_mark(
+        self, instance_id: str, region: str, at: datetime, action: str, *, reason: str, dry: bool
+    ) -> None: ...
+
+    def remove_mark(self, instance_id: str) -> None: ...
+
+    # -- actions: intent before the API call, done after ---------------------------------------
+    def record_intent(
+        self, key: str, instance_id: str, region: str, kind: str, now: datetime
+    ) -> bool:
+        """False when this exact action was already recorded (by this or an earlier run)."""
+        ...
+
+    def action(self, key: str) -> Row | None: ...
+
+    def finish_action(self, key: str, status: str, now: datetime, detail: str = "") -> None: ...
+
+    def drop_intent(self, key: str) -> bool:
+        """Abandon an action that was never carried out (its API call failed, or a restart
+        found no effect), so a later cycle may decide it afresh. Only a row still in the
+        ``intent`` state goes; a finished action is kept. True when a row went."""
+        ...
+
+    def pending_intents(self) -> Sequence[Row]: ...
+
+    def actions(self) -> Sequence[Row]: ...
+
+    # -- Slack outbox ------------------------------------------------------------------------
+    def enqueue(
+        self, dedupe_key: str, alert_key: str, payload: dict[str, Any], now: datetime
+    ) -> bool: ...
+
+    def has_event(self, dedupe_key: str) -> bool: ...
+
+    def remember(self, dedupe_key: str, alert_key: str, now: datetime) -> None: ...
+
+    def last_alert(self, alert_key: str) -> datetime | None: ...
+
+    def due(self, now: datetime, limit: int = 100) -> Sequence[Row]: ...
+
+    def outbox_depth(self) -> int: ...
+
+    def outbox_rows(self) -> Sequence[Row]: ...
+
+    def mark_sent(self, row_id: int, now: datetime) -> None: ...
+
+    def retry_later(self, row_id: int, when: datetime, error: str, give_up: bool) -> None: ...
+
+    # -- spend and egress snapshots ------------------------------------------------------------
+    def add_spend(
+        self, now: datetime, scope: str, *, burn: float, today: float, mtd: float, proj: float
+    ) -> None: ...
+
+    def last_spend(self, scope: str) -> Row | None: ...
+
+    def add_egress(self, now: datetime, usd: float, gb: float) -> None: ...
+
+    def egress_history(self, since: datetime, before: datetime) -> list[float]: ...
+
+    def prune_snapshots(self, before: datetime, scopes: list[str]) -> int: ...
+
+    # -- key-value (breaker, caches, last cycle) -------------------------------------------------
+    def get(self, key: str, default: Any = None) -> Any: ...
+
+    def put(self, key: str, value: Any) -> None: ...
+
+    # -- leader lease ----------------------------------------------------------------------------
+    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_s: float) -> bool: ...
+
+    def release_lease(self, name: str, owner: str) -> None: ...

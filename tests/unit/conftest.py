@@ -1,0 +1,54 @@
+"""Fixtures shared by unit suites: the daemon's state on both stores.
+
+``open_store`` is parametrized over SQLite and DynamoDB (moto, in-process). Either way the
+whole test runs inside moto's ``mock_aws``, so a daemon under test also finds EC2, CloudWatch
+and the rest emulated, and nothing reaches AWS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from guardrails.state import State
+from guardrails.state_dynamo import DynamoState, create_table
+from guardrails.store import StateStore
+
+StoreOpener = Callable[[str], StateStore]
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def open_store(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[StoreOpener]:
+    """``open_store(name)`` opens a new handle on the store ``name`` (created on first use),
+    as a second daemon or a restarted one would."""
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    opened: list[StateStore] = []
+    with mock_aws():
+        ddb: Any = boto3.resource("dynamodb", region_name="us-east-1")
+        tables: dict[str, Any] = {}
+
+        def opener(name: str) -> StateStore:
+            store: StateStore
+            if request.param == "sqlite":
+                store = State(tmp_path / f"{name}.sqlite")
+            else:
+                if name not in tables:
+                    tables[name] = create_table(ddb, f"state-{name}")
+                store = DynamoState(tables[name])
+            opened.append(store)
+            return store
+
+        yield opener
+        for s in opened:
+            s.close()
