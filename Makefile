@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: setup demo plan lint test unit integration bench lambda-package clean
+.PHONY: setup system-deps demo plan lint test unit integration bench lambda-package clean
 
 setup: $(VENV)/.installed
 
@@ -12,6 +12,17 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
+
+## Debian packages the tests use for real (root; no-op when present). See .ci/run.
+SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip
+system-deps:
+	@missing=$$(for p in $(SYSTEM_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
+		| grep -q '^install ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:$$missing"; \
+		[ "$$(id -u)" = 0 ] || { echo "system-deps: run as root to install:$$missing"; exit 2; }; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	fi
 
 ## The main job on the embedded default: offline evaluation of the dev stack with costs.
 demo: setup
@@ -26,7 +37,7 @@ lint: setup
 	$(BIN)/mypy
 
 ## The whole test suite: lint, types, unit and integration tests.
-test: lint
+test: system-deps lint
 	$(BIN)/pytest -q
 
 unit: setup

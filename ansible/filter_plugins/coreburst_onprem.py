@@ -129,10 +129,20 @@ def nccl_checks(
     )
 
 
-def fabricmanager_checks(probe: Any, node: str, driver: str) -> list[dict[str, Any]]:
+def fabricmanager_checks(
+    probe: Any, node: str, driver: str, smi_probe: Any = None
+) -> list[dict[str, Any]]:
+    # The driver build the node runs (first GPU of the nvidia-smi probe), when that probe ran.
     p = _parsers()
     version = p.parse_fabricmanager_version(_text(probe, with_stderr=True))
-    return _dicts(p.judge_fabricmanager(node, version, str(driver)))
+    running = None
+    if smi_probe:
+        try:
+            gpus = p.parse_nvidia_smi_csv(_text(smi_probe))
+        except ValueError:
+            gpus = []
+        running = gpus[0].driver_version if gpus else None
+    return _dicts(p.judge_fabricmanager(node, version, str(driver), running))
 
 
 def failures(results: Any) -> list[str]:

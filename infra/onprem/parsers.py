@@ -207,6 +207,18 @@ def parse_nvidia_smi_csv(text: str) -> list[Gpu]:
     return gpus
 
 
+def driver_matches(found: str, expected: str) -> bool:
+    """``expected`` is an exact build ("550.144.03") or a branch ("550"): the nvidia_driver
+    role locks apt to a branch, so a node gets the newest build the repository serves.
+
+    >>> driver_matches("550.144.03", "550"), driver_matches("560.35.03", "550")
+    (True, False)
+    """
+    if "." in expected:
+        return found == expected
+    return found.split(".", 1)[0] == expected
+
+
 def judge_gpus(
     node: str,
     gpus: Sequence[Gpu],
@@ -242,7 +254,7 @@ def judge_gpus(
                 dev,
                 g.driver_version,
                 expected_driver,
-                g.driver_version == expected_driver,
+                driver_matches(g.driver_version, expected_driver),
                 "driver version",
             )
         )
@@ -541,20 +553,18 @@ def parse_fabricmanager_version(text: str) -> str | None:
 
 
 def judge_fabricmanager(
-    node: str, fm_version: str | None, driver_version: str
+    node: str, fm_version: str | None, driver_version: str, running_driver: str | None = None
 ) -> list[CheckResult]:
-    """Fabric manager must be installed at exactly the driver's version."""
+    """Fabric manager must be installed at exactly the driver's version: the build the node
+    runs (``running_driver``, from nvidia-smi) when known, else ``driver_version`` (an exact
+    build, or a branch when only that is known)."""
     measured = fm_version or "not installed"
+    expected = running_driver or driver_version
+    ok = fm_version is not None and (
+        fm_version == expected if running_driver else driver_matches(fm_version, expected)
+    )
     return [
-        _result(
-            "fabricmanager_version",
-            node,
-            "nv-fabricmanager",
-            measured,
-            driver_version,
-            fm_version == driver_version,
-            "version",
-        )
+        _result("fabricmanager_version", node, "nv-fabricmanager", measured, expected, ok, "version")
     ]
 
 

@@ -235,3 +235,31 @@ def test_fabricmanager_missing() -> None:
 def test_failures_helper_accepts_dicts() -> None:
     res = p.judge_fabricmanager("n", "1", "2")
     assert p.failures([r.as_dict() for r in res]) == p.failures(res) == [res[0].message]
+
+
+# driver branch lock ---------------------------------------------------------------------
+
+
+def test_a_branch_expectation_accepts_any_build_of_the_branch_only() -> None:
+    """nvidia_driver locks apt to a branch (NVIDIA driver installation guide, "Version
+    locking"), so a fresh node gets the newest build the repository serves: validation by
+    default expects the branch, and an exact build only when one is configured."""
+    smi = fx("nvidia_smi_healthy.csv")  # every GPU on 550.90.07
+    gpus = p.parse_nvidia_smi_csv(smi)
+    kw = {"expected_count": 8, "expected_model": "NVIDIA H100 80GB HBM3", "expected_pcie_width": 16}
+    assert failed(p.judge_gpus("dgx-01", gpus, expected_driver="550", **kw)) == []
+    assert len(failed(p.judge_gpus("dgx-01", gpus, expected_driver="560", **kw))) == 8
+    assert len(failed(p.judge_gpus("dgx-01", gpus, expected_driver="550.144.03", **kw))) == 8
+    # A "55" prefix is not the 550 branch.
+    assert not p.driver_matches("550.90.07", "55")
+
+
+def test_fabricmanager_must_equal_the_running_driver_build() -> None:
+    """Fabric manager's version must equal the driver's (NVIDIA Fabric Manager user guide):
+    with a branch expectation, the build nvidia-smi reports on the node is the reference."""
+    assert failed(p.judge_fabricmanager("dgx-01", "550.90.07", "550", "550.90.07")) == []
+    [bad] = failed(p.judge_fabricmanager("dgx-01", "550.144.03", "550", "550.90.07"))
+    assert bad.message == "dgx-01 nv-fabricmanager: version is 550.144.03, expected 550.90.07"
+    # Without the nvidia-smi probe only the branch can be checked.
+    assert failed(p.judge_fabricmanager("dgx-01", "550.144.03", "550")) == []
+    assert failed(p.judge_fabricmanager("dgx-01", "560.35.03", "550"))
