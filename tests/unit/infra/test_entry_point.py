@@ -86,3 +86,19 @@ def test_a_package_that_cannot_be_built_stops_before_any_resource(
     assert str(exc.value).startswith("could not build the guardrails Lambda package")
     assert mocks.resources == []
     assert not fresh_tree.exists()
+
+
+def test_dev_evaluates_through_main_and_needs_no_package(
+    fresh_tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dev stack (guardrails off, Lustre without EFA) evaluates through the same entry
+    point and declares its file system; nothing is built for it."""
+
+    def pip(requirements: Sequence[str], target: Path) -> None:
+        raise AssertionError("dev has no Lambda to package")
+
+    monkeypatch.setattr(lambda_package, "pip_install", pip)
+    mocks = _run_main("dev")
+    assert not fresh_tree.exists()
+    assert any(r.typ == "aws:fsx/lustreFileSystem:LustreFileSystem" for r in mocks.resources)
+    assert not any(r.typ == "aws:lambda/function:Function" for r in mocks.resources)
