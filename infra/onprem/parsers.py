@@ -564,7 +564,9 @@ def judge_fabricmanager(
         fm_version == expected if running_driver else driver_matches(fm_version, expected)
     )
     return [
-        _result("fabricmanager_version", node, "nv-fabricmanager", measured, expected, ok, "version")
+        _result(
+            "fabricmanager_version", node, "nv-fabricmanager", measured, expected, ok, "version"
+        )
     ]
 
 
