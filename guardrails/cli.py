@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -191,12 +192,19 @@ def run(
     configure_logging(log_level)
     log = structlog.get_logger("guardrails")
     cfg = _load(config)
-    stop = {"flag": False}
+    stop = threading.Event()
 
-    def _term(*_: Any) -> None:
-        stop["flag"] = True
+    def _term(signum: int, _frame: Any) -> None:
+        # The first SIGTERM/SIGINT lets the step in flight finish (each is bounded: AWS
+        # timeouts, slack.cycle_budget_s) and ends the wait between cycles at once. A second
+        # one stops mid-step: safe too, as every action's intent is on disk before its call.
+        if stop.is_set():
+            raise SystemExit(128 + signum)
+        stop.set()
+        log.info("daemon.stopping", signal=signal.Signals(signum).name)
 
     signal.signal(signal.SIGTERM, _term)
+    signal.signal(signal.SIGINT, _term)
     mtime = config.stat().st_mtime if config else 0.0
     with _daemon(cfg) as d:
         if cfg.metrics_endpoint.enabled:
@@ -210,8 +218,15 @@ def run(
                 ) from None
             log.info("metrics.listening", address=str(ep.address), port=ep.port)
         n = 0
-        while not stop["flag"] and (max_cycles == 0 or n < max_cycles):
+        while not stop.is_set() and (max_cycles == 0 or n < max_cycles):
             n += 1
+            gone = d.state.file_problem() if isinstance(d.state, State) else None
+            if gone:
+                # Stop rather than carry on or recreate the file: carrying on writes marks,
+                # intents and alerts where no one can see them, and a recreated file would
+                # silently drop in-flight intents and unsent alerts, restart every idle
+                # grace period, and hold no lease, so a second daemon on it would act too.
+                raise fail(f"{gone}; restore it, or restart the daemon to begin a new one")
             if config is not None:
                 try:
                     m = config.stat().st_mtime
@@ -237,7 +252,7 @@ def run(
             if max_cycles and n >= max_cycles:
                 break
             elapsed = (d.clock.now() - started).total_seconds()
-            d.clock.sleep(max(0.0, d.cfg.interval.total_seconds() - elapsed))
+            d.clock.wait(max(0.0, d.cfg.interval.total_seconds() - elapsed), stop)
 
 
 @app.command()

@@ -13,6 +13,12 @@ class Clock(Protocol):
 
     def sleep(self, seconds: float) -> None: ...
 
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        """Sleep ``seconds`` of this clock's time or until ``stop`` is set, whichever comes
+        first; True when stopped. A daemon asked to stop (SIGTERM) between cycles goes at
+        once instead of waiting out its interval."""
+        ...
+
 
 class SystemClock:
     def now(self) -> datetime:
@@ -20,6 +26,9 @@ class SystemClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds))
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        return stop.wait(max(0.0, seconds))
 
 
 class FakeClock:
@@ -44,6 +53,11 @@ class FakeClock:
     def sleep(self, seconds: float) -> None:
         self.advance(timedelta(seconds=seconds))
 
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        if not stop.is_set():
+            self.sleep(seconds)
+        return stop.is_set()
+
 
 class OffsetClock:
     """Real time shifted by a fixed offset and optionally sped up (used by subprocess tests
@@ -59,3 +73,6 @@ class OffsetClock:
 
     def sleep(self, seconds: float) -> None:
         time.sleep(max(0.0, seconds) / self._speed)
+
+    def wait(self, seconds: float, stop: threading.Event) -> bool:
+        return stop.wait(max(0.0, seconds) / self._speed)

@@ -181,7 +181,11 @@ class SlackConfig(_Strict):
     max_attempts: int = Field(default=50, ge=1)
     backoff_base: Duration = timedelta(seconds=5)
     backoff_max: Duration = timedelta(minutes=10)
+    # Per request; fractions honoured (0.5 = half a second).
     timeout_s: float = Field(default=10.0, gt=0)
+    # All of one cycle's sends together: a slow or hanging Slack never holds up observing and
+    # acting for longer than this. What is not sent stays due for the next cycle.
+    cycle_budget_s: float = Field(default=20.0, gt=0)
 
 
 class StateConfig(_Strict):

@@ -11,6 +11,7 @@ import gc
 import hashlib
 import json
 import os
+import secrets
 import socket
 import time
 from collections import Counter
@@ -83,6 +84,50 @@ def expected_series(node: Node, cfg: GuardrailsConfig) -> int:
     return node.accelerator_count if m.expect_series == "accelerator-count" else m.expect_series
 
 
+def _pid_space() -> str:
+    """Which process-id space this process lives in: the boot (a pid means nothing across
+    machines or reboots) and the pid namespace (nor across containers). Empty where Linux's
+    /proc does not say; then a dead holder is never recognised, and its lease expires."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        ns = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return ""
+    return hashlib.sha1(f"{boot}/{ns}".encode()).hexdigest()[:8]
+
+
+def leader_id() -> str:
+    """This process's owner id for the leader lease: ``<host>~<pid space>:<pid>:<random>``.
+    Unique per process, so two daemons on one host and store never share a lease (both would
+    act). The host is the host name, or ``COREBURST_LEADER_ID`` when set."""
+    host = os.environ.get("COREBURST_LEADER_ID") or socket.gethostname()
+    return f"{host}~{_pid_space()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+def dead_local_holder(holder: str | None, me: str) -> bool:
+    """True when the lease ``holder`` is a ``leader_id`` of this host and pid space (same
+    host part as ``me``) whose process no longer runs. Any doubt (another host, an id of
+    another form, a process that runs, maybe as another user, or a reused pid) answers
+    False: the lease is then left to expire, which is slow but never lets two daemons act."""
+    if not holder or holder == me:
+        return False
+    try:
+        host, pid_s, _ = holder.rsplit(":", 2)
+        my_host = me.rsplit(":", 2)[0]
+        pid = int(pid_s)
+    except ValueError:
+        return False
+    if host != my_host or host.endswith("~") or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return True
+    except OSError:
+        return False
+    return False
+
+
 class Daemon:
     def __init__(
         self,
@@ -101,14 +146,9 @@ class Daemon:
     ) -> None:
         self.cfg = cfg
         # Who holds the leader lease: two daemons (or a Lambda and a long-running daemon) on
-        # one store never both act; the other one observes.
-        # A restarted daemon on the same host and store resumes its own lease at once; set
-        # COREBURST_LEADER_ID to tell apart daemons that share a host name.
-        self.owner_id = (
-            owner_id
-            or os.environ.get("COREBURST_LEADER_ID")
-            or f"{socket.gethostname()}:{cfg.state.path.resolve()}"
-        )
+        # one store never both act; the other one observes. Unique per process (see
+        # ``leader_id``), so two daemons on one host and state file are two owners too.
+        self.owner_id = owner_id or leader_id()
         self.leader = False
         # How long the lease outlives this daemon if it dies holding it. Default: a missed
         # cycle or two, so a crashed leader is replaced quickly but a slow one is not raced.
@@ -379,6 +419,17 @@ class Daemon:
         before = Counter(self.aws.counter.calls)
         ttl = self.lease_ttl.total_seconds()
         self.leader = self.state.acquire_lease("leader", self.owner_id, now, ttl)
+        if not self.leader:
+            holder = self.state.lease_holder("leader")
+            if dead_local_holder(holder, self.owner_id):
+                # A daemon on this host died holding the lease (SIGKILL, crash): its restart
+                # takes over now instead of waiting out the TTL. Conditional on that exact
+                # holder, so of two daemons taking over only one wins.
+                self.leader = self.state.acquire_lease(
+                    "leader", self.owner_id, now, ttl, replace=holder
+                )
+                if self.leader:
+                    self.audit("leader.taken-over", owner=self.owner_id, previous=holder)
         if not self.leader:
             self.audit("leader.standby", owner=self.owner_id)
         try:

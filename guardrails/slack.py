@@ -1,8 +1,11 @@
 """Slack alerts through a durable SQLite outbox.
 
 An alert is stored before any send is tried, retried with exponential backoff, a 429's
-Retry-After is honoured (and the message resent, never dropped), and the outbox's unique
-dedupe key means one event is delivered once. The webhook URL is a secret: it is read from
+Retry-After is honoured up to ``slack.backoff_max`` (and the message resent, never dropped),
+and the outbox's unique dedupe key means one event is delivered once. A sender claims a row
+before sending it, so two senders on one store (two daemons, a daemon and a Lambda) never
+both deliver it. One cycle's sends share ``slack.cycle_budget_s``: a hanging Slack delays the
+cycle by that much at most. The webhook URL is a secret: it is read from
 ``COREBURST_SLACK_WEBHOOK_URL`` or a file and never logged or stored.
 """
 
@@ -12,6 +15,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -183,6 +187,10 @@ SendFn = Callable[[dict[str, Any]], tuple[Any, ...]]
 # 4xx answers that a later attempt may still get through: timeout, rate limit.
 RETRYABLE_4XX = (408, 429)
 
+# A claim outlives its request's timeout by this much, so it never lapses while the request
+# is still in flight; a sender that dies leaves the row due again after it.
+CLAIM_MARGIN_S = 30.0
+
 
 class Outbox:
     def __init__(
@@ -195,11 +203,23 @@ class Outbox:
         log: Any,
         send: SendFn | None = None,
         metrics: Metrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state, self.cfg, self.clock, self.log = state, cfg, clock, log
         self.metrics = metrics
         self._url = url
-        self._client = WebhookClient(url, timeout=int(cfg.timeout_s)) if url else None
+        # Real elapsed time for the cycle budget (the injected clock may be frozen in tests).
+        self._monotonic = monotonic
+        # slack_sdk annotates ``timeout`` as int but hands it to urllib's ``urlopen``, which
+        # takes float seconds: the float keeps 0.5 s as 0.5 s (``int(0.5)`` was 0, a
+        # non-blocking socket, and every send failed unseen). No retry handlers: the outbox
+        # retries with its own backoff, and slack_sdk's hidden connection retry would double
+        # the time a send to an unreachable Slack takes out of the cycle.
+        self._client = (
+            WebhookClient(url, timeout=cfg.timeout_s, retry_handlers=[])  # type: ignore[arg-type]
+            if url
+            else None
+        )
         self._send = send or self._send_webhook
 
     def _send_webhook(self, payload: dict[str, Any]) -> tuple[int, Any, str]:
@@ -235,13 +255,35 @@ class Outbox:
             self.log.info("alert.queued", dedupe_key=alert.dedupe_key, title=alert.title)
         return added
 
-    def flush(self, budget: int = 50) -> int:
-        """Try every due message once; returns how many were delivered."""
+    def flush(self, limit: int = 50) -> int:
+        """Try each due message once, oldest first, within ``slack.cycle_budget_s`` of real
+        time; returns how many were delivered. What the budget leaves untried stays due.
+
+        A retry time further ahead than ``slack.backoff_max`` was set while the clock ran
+        ahead (no backoff is longer): such a row is due now instead of stranded."""
         if not self.configured:
             return 0
         sent = 0
-        for row in self.state.due(self.clock.now(), limit=budget):
+        deadline = self._monotonic() + self.cfg.cycle_budget_s
+        now = self.clock.now()
+        rows = self.state.due(now, limit=limit, horizon=now + self.cfg.backoff_max)
+        for i, row in enumerate(rows):
+            left = deadline - self._monotonic()
+            if left <= 0:
+                self.log.warning(
+                    "alert.deferred",
+                    reason=f"slack.cycle_budget_s ({self.cfg.cycle_budget_s:g} s) spent",
+                    rows=len(rows) - i,
+                )
+                break
+            timeout = min(self.cfg.timeout_s, left)
             now = self.clock.now()
+            if not self.state.claim(
+                row["id"], now, timeout + CLAIM_MARGIN_S, attempts=row["attempts"]
+            ):
+                continue  # another sender has it, or has moved it on since we read it
+            if self._client is not None:
+                self._client.timeout = timeout  # type: ignore[assignment]  # float: see __init__
             attempts = row["attempts"] + 1
             body = ""
             try:
@@ -263,7 +305,11 @@ class Outbox:
             )
             if status == 429:
                 ra = _retry_after(headers)
-                backoff = ra if ra is not None else backoff
+                # Capped, so that no retry time lies further ahead than backoff_max: one that
+                # does can only come from a clock that ran ahead (see ``due``'s horizon).
+                backoff = (
+                    min(ra, self.cfg.backoff_max.total_seconds()) if ra is not None else backoff
+                )
             rejected = 400 <= status < 500 and status not in RETRYABLE_4XX
             give_up = attempts >= self.cfg.max_attempts or rejected
             # Kept, never deleted: a given-up row stays in the outbox as ``failed`` (the
@@ -292,4 +338,8 @@ class Outbox:
                 )
             if status == 429:
                 break  # rate limited: the rest waits too
+            if status == 0:
+                # No answer at all (timeout, refused): Slack or the way to it is down. The
+                # rest waits for the next cycle rather than each waiting out its own timeout.
+                break
         return sent

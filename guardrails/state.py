@@ -9,7 +9,9 @@ in flight: an action's intent is on disk before the API call is made.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,7 +27,8 @@ CREATE TABLE IF NOT EXISTS actions (
 CREATE TABLE IF NOT EXISTS outbox (
   id INTEGER PRIMARY KEY AUTOINCREMENT, dedupe_key TEXT NOT NULL UNIQUE, alert_key TEXT NOT NULL,
   payload TEXT NOT NULL, created_at TEXT NOT NULL, next_attempt_at TEXT NOT NULL,
-  attempts INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, sent_at TEXT, last_error TEXT);
+  attempts INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, sent_at TEXT, last_error TEXT,
+  claimed_until REAL);
 CREATE TABLE IF NOT EXISTS spend (
   ts TEXT NOT NULL, scope TEXT NOT NULL, burn REAL NOT NULL, today REAL NOT NULL,
   mtd REAL NOT NULL, projected_month REAL NOT NULL, PRIMARY KEY (ts, scope));
@@ -48,11 +51,48 @@ def parse_iso(s: str) -> datetime:
 class State:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
         self.db = sqlite3.connect(str(path), isolation_level=None, timeout=30)
         self.db.row_factory = sqlite3.Row
-        self.db.execute("PRAGMA journal_mode=WAL")
+        self._wal()
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
+        cols = {r["name"] for r in self.db.execute("PRAGMA table_info(outbox)")}
+        if "claimed_until" not in cols:  # a state file from before outbox claims
+            try:
+                self.db.execute("ALTER TABLE outbox ADD COLUMN claimed_until REAL")
+            except sqlite3.OperationalError as exc:
+                if "duplicate column" not in str(exc):  # another process added it first
+                    raise
+        # The file this connection has open: if the path later names another file (or none),
+        # this daemon's writes go where no one else can see them (see ``file_problem``).
+        st = os.stat(path)
+        self._identity = (st.st_dev, st.st_ino)
+
+    def _wal(self, wait_s: float = 30.0) -> None:
+        """Switch the file to WAL. Two processes opening a new file at once (two daemons
+        started together) race for this switch, and SQLite answers the loser "database is
+        locked" at once instead of waiting out the busy timeout: try again until it sticks."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+
+    def file_problem(self) -> str | None:
+        """Why the state path no longer names the file this store has open (deleted, or
+        replaced by another file), or None while it still does."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return f"state file {self.path} was deleted while the daemon ran"
+        if (st.st_dev, st.st_ino) != self._identity:
+            return f"state file {self.path} was replaced by another file while the daemon ran"
+        return None
 
     def close(self) -> None:
         self.db.close()
@@ -137,14 +177,33 @@ class State:
         ).fetchone()
         return parse_iso(row["t"]) if row and row["t"] else None
 
-    def due(self, now: datetime, limit: int = 100) -> list[sqlite3.Row]:
+    def due(
+        self, now: datetime, limit: int = 100, *, horizon: datetime | None = None
+    ) -> list[sqlite3.Row]:
+        """Pending rows whose time has come, or whose time lies past ``horizon`` (set while
+        the clock ran ahead). A row another sender holds is still listed: ``claim`` decides."""
+        far = iso(horizon) if horizon is not None else "9999"  # after every ISO date
         return list(
             self.db.execute(
-                "SELECT * FROM outbox WHERE status='pending' AND next_attempt_at<=? ORDER BY id"
-                " LIMIT ?",
-                (iso(now), limit),
+                "SELECT * FROM outbox WHERE status='pending'"
+                " AND (next_attempt_at<=? OR next_attempt_at>?) ORDER BY id LIMIT ?",
+                (iso(now), far, limit),
             )
         )
+
+    def claim(self, row_id: int, now: datetime, ttl_s: float, *, attempts: int) -> bool:
+        """Take a pending row for sending until ``now + ttl_s``; False when another sender
+        holds a live claim, or the row is no longer pending or no longer has ``attempts`` (it
+        was tried since the caller read it). One statement, so of two senders only one wins.
+        A claim further ahead than twice the TTL was taken while the clock ran ahead and is
+        treated as expired."""
+        t = now.timestamp()
+        cur = self.db.execute(
+            "UPDATE outbox SET claimed_until=? WHERE id=? AND status='pending' AND attempts=?"
+            " AND (claimed_until IS NULL OR claimed_until<? OR claimed_until>?)",
+            (t + ttl_s, row_id, attempts, t, t + 2 * ttl_s),
+        )
+        return cur.rowcount == 1
 
     def outbox_depth(self) -> int:
         return int(
@@ -156,14 +215,15 @@ class State:
 
     def mark_sent(self, row_id: int, now: datetime) -> None:
         self.db.execute(
-            "UPDATE outbox SET status='sent', sent_at=?, attempts=attempts+1 WHERE id=?",
+            "UPDATE outbox SET status='sent', sent_at=?, attempts=attempts+1, claimed_until=NULL"
+            " WHERE id=?",
             (iso(now), row_id),
         )
 
     def retry_later(self, row_id: int, when: datetime, error: str, give_up: bool) -> None:
         self.db.execute(
-            "UPDATE outbox SET attempts=attempts+1, next_attempt_at=?, last_error=?, status=?"
-            " WHERE id=?",
+            "UPDATE outbox SET attempts=attempts+1, next_attempt_at=?, last_error=?, status=?,"
+            " claimed_until=NULL WHERE id=?",
             (iso(when), error, "failed" if give_up else "pending", row_id),
         )
 
@@ -218,16 +278,23 @@ class State:
         )
 
     # -- leader lease ----------------------------------------------------------------------
-    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_s: float) -> bool:
+    def acquire_lease(
+        self, name: str, owner: str, now: datetime, ttl_s: float, *, replace: str | None = None
+    ) -> bool:
         """Take or renew the lease ``name`` for ``owner``; False while another owner holds an
-        unexpired one. One statement, so two daemons on one file cannot both win."""
+        unexpired one, unless that owner is ``replace`` (a holder known to be dead). One
+        statement, so two daemons on one file cannot both win."""
         cur = self.db.execute(
             "INSERT INTO lease VALUES (?,?,?) ON CONFLICT(name) DO UPDATE SET"
             " owner=excluded.owner, expires=excluded.expires"
-            " WHERE lease.owner=excluded.owner OR lease.expires<?",
-            (name, owner, now.timestamp() + ttl_s, now.timestamp()),
+            " WHERE lease.owner=excluded.owner OR lease.expires<? OR lease.owner=?",
+            (name, owner, now.timestamp() + ttl_s, now.timestamp(), replace),
         )
         return cur.rowcount == 1
+
+    def lease_holder(self, name: str) -> str | None:
+        row = self.db.execute("SELECT owner FROM lease WHERE name=?", (name,)).fetchone()
+        return str(row["owner"]) if row else None
 
     def release_lease(self, name: str, owner: str) -> None:
         self.db.execute("DELETE FROM lease WHERE name=? AND owner=?", (name, owner))

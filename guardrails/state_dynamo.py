@@ -245,13 +245,38 @@ class DynamoState:
         ]
         return parse_iso(max(times)) if times else None
 
-    def due(self, now: datetime, limit: int = 100) -> list[Row]:
+    def due(self, now: datetime, limit: int = 100, *, horizon: datetime | None = None) -> list[Row]:
+        """As ``State.due``: pending rows whose time has come or lies past ``horizon``."""
+        at, far = iso(now), iso(horizon) if horizon is not None else "9999"
         rows = [
             r
             for r in self.outbox_rows()
-            if r["status"] == "pending" and r["next_attempt_at"] <= iso(now)
+            if r["status"] == "pending"
+            and (r["next_attempt_at"] <= at or r["next_attempt_at"] > far)
         ]
         return rows[:limit]
+
+    def claim(self, row_id: int, now: datetime, ttl_s: float, *, attempts: int) -> bool:
+        """As ``State.claim``, as one conditional UpdateItem: of two senders only one wins."""
+        t = now.timestamp()
+        try:
+            self.table.update_item(
+                Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
+                UpdateExpression="SET claimed_until = :until",
+                ConditionExpression=Attr("status").eq("pending")
+                & Attr("attempts").eq(attempts)
+                & (
+                    Attr("claimed_until").not_exists()
+                    | Attr("claimed_until").lt(_num(t))
+                    | Attr("claimed_until").gt(_num(t + 2 * ttl_s))
+                ),
+                ExpressionAttributeValues={":until": _num(t + ttl_s)},
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
 
     def outbox_depth(self) -> int:
         return sum(1 for r in self.outbox_rows() if r["status"] == "pending")
@@ -265,7 +290,7 @@ class DynamoState:
     def mark_sent(self, row_id: int, now: datetime) -> None:
         self.table.update_item(
             Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
-            UpdateExpression="SET #s = :s, sent_at = :t ADD attempts :one",
+            UpdateExpression="SET #s = :s, sent_at = :t ADD attempts :one REMOVE claimed_until",
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues={":s": "sent", ":t": iso(now), ":one": 1},
         )
@@ -273,7 +298,10 @@ class DynamoState:
     def retry_later(self, row_id: int, when: datetime, error: str, give_up: bool) -> None:
         self.table.update_item(
             Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
-            UpdateExpression="SET #s = :s, next_attempt_at = :w, last_error = :e ADD attempts :one",
+            UpdateExpression=(
+                "SET #s = :s, next_attempt_at = :w, last_error = :e ADD attempts :one"
+                " REMOVE claimed_until"
+            ),
             ExpressionAttributeNames={"#s": "status"},
             ExpressionAttributeValues={
                 ":s": "failed" if give_up else "pending",
@@ -350,22 +378,34 @@ class DynamoState:
         self.table.put_item(Item={"pk": "kv", "sk": key, "value": json.dumps(value, default=str)})
 
     # -- leader lease ----------------------------------------------------------------------
-    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_s: float) -> bool:
+    def acquire_lease(
+        self, name: str, owner: str, now: datetime, ttl_s: float, *, replace: str | None = None
+    ) -> bool:
         """Take or renew the lease ``name`` for ``owner``; False while another owner holds an
-        unexpired one. Only the holder may act."""
+        unexpired one, unless that owner is ``replace`` (a holder known to be dead). Only the
+        holder may act."""
         expires = now.timestamp() + ttl_s
+        cond = (
+            Attr("pk").not_exists()
+            | Attr("owner").eq(owner)
+            | Attr("expires").lt(_num(now.timestamp()))
+        )
+        if replace is not None:
+            cond = cond | Attr("owner").eq(replace)
         try:
             self.table.put_item(
                 Item={"pk": "lease", "sk": name, "owner": owner, "expires": _num(expires)},
-                ConditionExpression=Attr("pk").not_exists()
-                | Attr("owner").eq(owner)
-                | Attr("expires").lt(_num(now.timestamp())),
+                ConditionExpression=cond,
             )
         except ClientError as exc:
             if _conditional_failed(exc):
                 return False
             raise
         return True
+
+    def lease_holder(self, name: str) -> str | None:
+        item = self.table.get_item(Key={"pk": "lease", "sk": name}).get("Item")
+        return str(item["owner"]) if item else None
 
     def release_lease(self, name: str, owner: str) -> None:
         try:

@@ -72,7 +72,20 @@ class StateStore(Protocol):
 
     def last_alert(self, alert_key: str) -> datetime | None: ...
 
-    def due(self, now: datetime, limit: int = 100) -> Sequence[Row]: ...
+    def due(
+        self, now: datetime, limit: int = 100, *, horizon: datetime | None = None
+    ) -> Sequence[Row]:
+        """Pending rows with ``next_attempt_at`` at or before ``now``, or after ``horizon``:
+        a retry time that far ahead was set while the clock ran ahead, so it is due now."""
+        ...
+
+    def claim(self, row_id: int, now: datetime, ttl_s: float, *, attempts: int) -> bool:
+        """Atomically take a pending row for sending until ``now + ttl_s``. False when another
+        sender holds a live claim, or the row is no longer pending or no longer has
+        ``attempts`` (the count the caller read: someone tried it since), so of two racing
+        senders one sends. ``mark_sent`` and ``retry_later`` end the claim; a claimer that
+        dies leaves it to expire, and the row is due again."""
+        ...
 
     def outbox_depth(self) -> int: ...
 
@@ -101,6 +114,13 @@ class StateStore(Protocol):
     def put(self, key: str, value: Any) -> None: ...
 
     # -- leader lease ----------------------------------------------------------------------------
-    def acquire_lease(self, name: str, owner: str, now: datetime, ttl_s: float) -> bool: ...
+    def acquire_lease(
+        self, name: str, owner: str, now: datetime, ttl_s: float, *, replace: str | None = None
+    ) -> bool:
+        """Take or renew the lease for ``owner``: wins when the lease is free, expired, already
+        ``owner``'s, or held by ``replace`` (a holder known to be dead). One conditional write."""
+        ...
+
+    def lease_holder(self, name: str) -> str | None: ...
 
     def release_lease(self, name: str, owner: str) -> None: ...

@@ -1,0 +1,195 @@
+"""`coreburst guardrails run` as separate processes against moto server and the loopback Slack
+receiver: two daemons on one host and state file, SIGTERM between cycles, and the state file
+deleted under a running daemon."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from guardrails.emulator import (
+    FleetNode,
+    MotoProcess,
+    WebhookReceiver,
+    fake_session,
+    launch,
+    publish,
+)
+
+from .conftest import METRICS, config_text
+from .test_cli_process import env
+
+pytestmark = pytest.mark.integration
+
+
+class Daemon:
+    """`python -m guardrails run` in a subprocess, its stderr (JSON log lines) read as it
+    comes."""
+
+    def __init__(self, cfg: Path, e: dict[str, str], *args: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "guardrails", "run", "--config", str(cfg), *args],
+            env=e,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: list[str] = []
+        assert self.proc.stderr is not None
+        self._reader = threading.Thread(target=self._read, args=(self.proc.stderr,), daemon=True)
+        self._reader.start()
+
+    def _read(self, stream: IO[str]) -> None:
+        for line in stream:
+            self.lines.append(line.rstrip("\n"))
+
+    def events(self) -> list[str]:
+        out = []
+        for x in list(self.lines):
+            try:
+                out.append(json.loads(x)["event"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return out
+
+    def wait_for(self, event: str, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while event not in self.events():
+            assert self.proc.poll() is None, "\n".join(self.lines)
+            assert time.monotonic() < deadline, f"no {event}: " + "\n".join(self.lines)
+            time.sleep(0.05)
+
+    def finish(self, timeout: float) -> int:
+        rc = self.proc.wait(timeout=timeout)
+        self._reader.join(10)
+        return rc
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def idle_fleet(moto: MotoProcess, t0: datetime, idle: int, blind: int) -> list[str]:
+    sess = fake_session()
+    ec2 = sess.client("ec2", region_name="us-east-1", endpoint_url=moto.url)
+    cw = sess.client("cloudwatch", region_name="us-east-1", endpoint_url=moto.url)
+    ids = launch(ec2, "p5.48xlarge", {"owner": "alice"}, count=idle)
+    launch(ec2, "p5.48xlarge", {"owner": "bob"}, count=blind)
+    publish(
+        {"us-east-1": cw},
+        [FleetNode(i, "us-east-1", "nvidia", 8, "idle") for i in ids],
+        t0 - timedelta(minutes=40),
+        t0 + timedelta(minutes=5),
+        metric_defs=METRICS,
+    )
+    return ids
+
+
+def audit(path: Path) -> list[dict[str, object]]:
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_two_daemons_on_one_host_and_state_file_one_acts_each_alert_once(
+    moto: MotoProcess, hook: WebhookReceiver, tmp_path: Path, t0: datetime
+) -> None:
+    """Both used to take ``<host>:<state path>`` as their leader id: both held the lease, both
+    marked and both flushed, and each alert arrived twice."""
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path, "interval: 1s"))
+    ids = idle_fleet(moto, t0, idle=5, blind=1)
+    runs = [
+        Daemon(
+            cfg,
+            env(t0, hook, COREBURST_STATE__AUDIT_LOG=str(tmp_path / f"audit-{n}.jsonl")),
+            "--max-cycles",
+            "4",
+        )
+        for n in "ab"
+    ]
+    try:
+        for r in runs:
+            assert r.finish(timeout=120) == 0, "\n".join(r.lines)
+    finally:
+        for r in runs:
+            r.kill()
+    logs = [audit(tmp_path / f"audit-{n}.jsonl") for n in "ab"]
+    marked = [sorted(str(e["instance_id"]) for e in log if e["event"] == "mark") for log in logs]
+    # one of them marked all five, the other none, and said it stood by
+    assert sorted(marked, key=len) == [[], sorted(ids)], marked
+    standby = logs[0] if not marked[0] else logs[1]
+    assert any(e["event"] == "leader.standby" for e in standby)
+    titles = hook.titles()
+    assert sorted(t for t in titles if "will be stopped" in t) == sorted(
+        f"Idle node {i} will be stopped" for i in ids
+    )
+    assert len(titles) == 6, titles  # five marks and one blind node
+    assert len(hook.attempts) == len(titles)  # nothing sent twice, not even attempted twice
+
+
+def test_sigterm_between_cycles_exits_at_once_and_hands_the_lease_back(
+    moto: MotoProcess, tmp_path: Path, t0: datetime
+) -> None:
+    """It used to sleep out the whole interval (59.9 s at ``interval: 60s``)."""
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path, "interval: 60s"))
+    d = Daemon(cfg, env(t0, None))
+    try:
+        d.wait_for("cycle.done")
+        with sqlite3.connect(tmp_path / "state.sqlite") as db:
+            assert db.execute("SELECT COUNT(*) FROM lease").fetchone()[0] == 1
+        sent = time.monotonic()
+        d.proc.send_signal(signal.SIGTERM)
+        assert d.finish(timeout=30) == 0, "\n".join(d.lines)
+        assert time.monotonic() - sent < 5
+    finally:
+        d.kill()
+    assert "daemon.stopping" in d.events()
+    with sqlite3.connect(tmp_path / "state.sqlite") as db:
+        assert db.execute("SELECT COUNT(*) FROM lease").fetchone()[0] == 0
+
+
+def test_sigint_stops_as_cleanly_as_sigterm(
+    moto: MotoProcess, tmp_path: Path, t0: datetime
+) -> None:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path, "interval: 60s"))
+    d = Daemon(cfg, env(t0, None))
+    try:
+        d.wait_for("cycle.done")
+        d.proc.send_signal(signal.SIGINT)
+        assert d.finish(timeout=30) == 0, "\n".join(d.lines)
+    finally:
+        d.kill()
+    assert not any("Traceback" in x for x in d.lines)
+
+
+def test_deleting_the_state_file_under_a_running_daemon_stops_it(
+    moto: MotoProcess, tmp_path: Path, t0: datetime
+) -> None:
+    """It used to carry on writing into the unlinked file, unseen by anyone."""
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(config_text(moto.url, tmp_path, "interval: 1s"))
+    state = tmp_path / "state.sqlite"
+    d = Daemon(cfg, env(t0, None))
+    try:
+        d.wait_for("cycle.done")
+        state.unlink()
+        assert d.finish(timeout=60) == 2, "\n".join(d.lines)
+    finally:
+        d.kill()
+    errors = [x for x in d.lines if x.startswith("error:")]
+    assert errors == [d.lines[-1]], d.lines
+    assert str(state) in errors[0] and "deleted" in errors[0]
+    assert not any("Traceback" in x for x in d.lines)
+    assert not state.exists()  # stopped, not silently recreated
