@@ -11,12 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +26,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from guardrails.clock import Clock, OffsetClock, SystemClock
+from guardrails import testhooks
+from guardrails.clock import Clock
 from guardrails.config import ConfigError, GuardrailsConfig, load_config
 from guardrails.state import State
 
@@ -48,8 +49,15 @@ def _stderr_logger(*_: Any) -> structlog.PrintLogger:
     return structlog.PrintLogger(sys.stderr)
 
 
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
 def configure_logging(level: str) -> None:
-    lvl = getattr(logging, level.upper(), logging.INFO)
+    """JSON log lines on stderr at ``level`` (one of LOG_LEVELS; anything else is refused in
+    one line, exit 2, rather than silently logging at info)."""
+    if level.strip().lower() not in LOG_LEVELS:
+        raise fail(f"--log-level {level!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
+    lvl = getattr(logging, level.strip().upper())
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
@@ -68,16 +76,13 @@ def fail(msg: str, code: int = 2) -> typer.Exit:
 
 
 def clock_from_env() -> Clock:
-    """COREBURST_CLOCK_START / COREBURST_CLOCK_SPEED let tests and demos shift time."""
-    start = os.environ.get("COREBURST_CLOCK_START")
-    if not start:
-        return SystemClock()
+    """The system clock, or the test hooks' shifted one (guardrails.testhooks: only with
+    COREBURST_TEST_HOOKS=1)."""
     try:
-        return OffsetClock(
-            datetime.fromisoformat(start), float(os.environ.get("COREBURST_CLOCK_SPEED", "1"))
-        )
-    except ValueError:
-        raise fail(f"COREBURST_CLOCK_START={start!r} is not an ISO datetime") from None
+        testhooks.check_pause_spec()
+        return testhooks.clock()
+    except testhooks.TestHookError as exc:
+        raise fail(str(exc)) from None
 
 
 def _load(config: Path | None) -> GuardrailsConfig:
@@ -85,6 +90,80 @@ def _load(config: Path | None) -> GuardrailsConfig:
         return load_config(config)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+
+
+def _mode(cfg: GuardrailsConfig) -> str:
+    if not cfg.dry_run:
+        return "acting (dry_run: false)"
+    if "dry_run" in cfg.model_fields_set:
+        return "dry-run (dry_run: true)"
+    return (
+        "dry-run (dry_run not set; to act, write dry_run: false in the file or set "
+        "COREBURST_DRY_RUN=false)"
+    )
+
+
+def _blocker(path: Path) -> Path | None:
+    """A directory above ``path`` that is in fact a file (so nothing can be created there)."""
+    return next((a for a in path.parents if a.exists() and not a.is_dir()), None)
+
+
+def _path_problem(key: str, path: Path, exc: BaseException) -> str:
+    """One line for a state or audit path the daemon cannot use: which path, why, the fix."""
+    parent = path.parent
+    if path.is_dir():
+        return (
+            f"{key} {path} is a directory; set {key} to a file path "
+            f"(e.g. {path / path.name if path.suffix else path / 'guardrails.sqlite'})"
+        )
+    blocker = _blocker(path)
+    if blocker is not None:
+        return f"{key} {path}: {blocker} is a file, not a directory; set {key} elsewhere"
+    if isinstance(exc, PermissionError) or (
+        isinstance(exc, sqlite3.OperationalError)
+        and ("readonly" in str(exc) or "unable to open" in str(exc))
+    ):
+        where = parent if parent.exists() and not os.access(parent, os.W_OK) else path
+        return (
+            f"{key} {path}: {where} is not writable by this user; make it writable "
+            f"(chown/chmod) or set {key} to a writable path"
+        )
+    if isinstance(exc, sqlite3.DatabaseError):
+        return (
+            f"{key} {path} is not a usable SQLite database ({exc}); move it aside to start "
+            "a new one, or restore it from a backup"
+        )
+    why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"{key} {path}: cannot open ({why}); fix the path or set {key} elsewhere"
+
+
+def open_state(cfg: GuardrailsConfig) -> State:
+    """The SQLite state, checked before anything acts: a directory, a read-only or missing
+    parent, or a corrupt file is one line (exit 2), not a traceback (and not a restart loop
+    under systemd, which restarts on anything but exit 2)."""
+    path = cfg.state.path
+    st: State | None = None
+    try:
+        st = State(path)
+        check = st.db.execute("PRAGMA quick_check").fetchone()[0]
+        if check != "ok":
+            raise sqlite3.DatabaseError(f"quick_check: {check}")
+        return st
+    except (sqlite3.Error, OSError) as exc:
+        if st is not None:
+            st.close()
+        raise fail(_path_problem("state.path", path, exc)) from None
+
+
+def check_audit_log(cfg: GuardrailsConfig) -> None:
+    """The audit log can be created and appended to (the daemon opens it the same way)."""
+    path = cfg.state.audit_log
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise fail(_path_problem("state.audit_log", path, exc)) from None
 
 
 @contextmanager
@@ -97,8 +176,14 @@ def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
         url = webhook_url(cfg.slack)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    state = State(cfg.state.path)
-    d = Daemon(cfg, Aws(cfg.aws), state, clock=clock or clock_from_env(), webhook_url=url)
+    clock = clock or clock_from_env()
+    check_audit_log(cfg)
+    state = open_state(cfg)
+    try:
+        d = Daemon(cfg, Aws(cfg.aws), state, clock=clock, webhook_url=url)
+    except BaseException:
+        state.close()
+        raise
     try:
         yield d
     finally:
@@ -160,8 +245,7 @@ def check_config(
     cfg = _load(path)
     typer.echo(
         f"ok: {path}: regions {', '.join(cfg.regions)}; {len(cfg.spend.scopes)} spend scope(s); "
-        f"rules {', '.join(cfg.rules) if cfg.rules is not None else 'all'}; "
-        f"{'dry-run' if cfg.dry_run else 'acting'}"
+        f"rules {', '.join(cfg.rules) if cfg.rules is not None else 'all'}; {_mode(cfg)}"
     )
 
 
@@ -260,8 +344,10 @@ def status(config: ConfigOpt = None) -> None:
     """Marks, spend per scope, egress, blind nodes and the outbox, from the state file."""
     cfg = _load(config)
     if not cfg.state.path.exists():
+        if _blocker(cfg.state.path) is not None:
+            raise fail(_path_problem("state.path", cfg.state.path, NotADirectoryError()))
         raise fail(f"no state at {cfg.state.path}: run `once` or `run` first", 1)
-    st = State(cfg.state.path)
+    st = open_state(cfg)
     console = Console()
     last = st.get("last_cycle", {})
     console.print(

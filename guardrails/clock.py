@@ -60,8 +60,8 @@ class FakeClock:
 
 
 class OffsetClock:
-    """Real time shifted by a fixed offset and optionally sped up (used by subprocess tests
-    through COREBURST_CLOCK_START / COREBURST_CLOCK_SPEED)."""
+    """Real time shifted by a fixed offset and optionally sped up (subprocess tests get one
+    through the test hooks, ``guardrails.testhooks``)."""
 
     def __init__(self, start: datetime, speed: float = 1.0) -> None:
         self._t0 = time.monotonic()

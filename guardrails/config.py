@@ -6,13 +6,31 @@
     1800.0
 
 Env overrides use the ``COREBURST_`` prefix and ``__`` for nesting, e.g.
-``COREBURST_DRY_RUN=true`` or ``COREBURST_AWS__ENDPOINT_URL=http://127.0.0.1:5000``.
+``COREBURST_DRY_RUN=true`` or ``COREBURST_AWS__ENDPOINT_URL=http://127.0.0.1:5000``. A list
+may be JSON (``COREBURST_REGIONS='["us-east-1","us-east-2"]'``) or comma-separated
+(``COREBURST_REGIONS=us-east-1,us-east-2``); a whole section must be a JSON object
+(``COREBURST_IDLE='{"window": "30m"}'``) or set key by key (``COREBURST_IDLE__WINDOW=30m``).
+
+The daemon acts only when ``dry_run: false`` is written down (in the file or as
+``COREBURST_DRY_RUN=false``); an empty file, or one without ``dry_run``, is a dry run.
+
+Kill switch: the variable named by ``safety.kill_switch_env`` (``COREBURST_KILL_SWITCH``)
+engages it with any non-empty value except an explicit false (``0``, ``false``, ``no``,
+``off``; any case, surrounding spaces ignored): ``enabled``, ``1``, ``stop`` all engage it.
+An unset or blank variable leaves it off. The file ``safety.kill_switch_file`` engages it by
+existing.
+
+Every duration has an allowed range (see ``Between`` on each field and the README); values
+are written ``45s``, ``30m``, ``1h30m``, ``2d`` or as a number of seconds.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import os
 import re
+from dataclasses import dataclass
 from datetime import timedelta
 from ipaddress import IPv4Address
 from pathlib import Path
@@ -25,21 +43,85 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    GetCoreSchemaHandler,
     IPvAnyAddress,
     ValidationError,
     model_validator,
 )
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_core import core_schema
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
 
 from infra.catalog import load_catalog
 from infra.telemetry import UTILIZATION_METRICS, AcceleratorKind
+from infra.textio import read_text
+
+# -- secrets never reach a message ----------------------------------------------------------
+REDACTED = "<redacted>"
+# Keys whose values are secrets or may carry one (a URL can hold credentials or a token).
+_SECRET_KEY_RE = re.compile(r"url|token|secret|password|passwd|webhook|credential", re.I)
+# Values that are secrets wherever they appear: Slack webhook URLs and tokens, URLs with
+# user:password@, AWS access key ids.
+_SECRET_VALUE_RE = re.compile(
+    r"https?://hooks\.slack(?:-gov)?\.com/[^\s'\":]*"
+    r"|\bxox[abposre]-[A-Za-z0-9-]+"
+    r"|\bxapp-[A-Za-z0-9-]+"
+    r"|\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]+:[^/\s@'\"]+@\S*"
+    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
+    re.I,
+)
+
+
+def redact(text: str) -> str:
+    """``text`` with every secret-looking value replaced by ``<redacted>``.
+
+    >>> redact("got 'https://hooks.slack.com/services/T0/B0/XYZ'")
+    "got '<redacted>'"
+    """
+    return _SECRET_VALUE_RE.sub(REDACTED, text)
+
+
+def is_secret_key(name: str) -> bool:
+    return bool(_SECRET_KEY_RE.search(name))
 
 
 class ConfigError(ValueError):
-    """A configuration the daemon refuses to run with; the message is one line for the user."""
+    """A configuration the daemon refuses to run with; the message is one line for the user,
+    with anything that looks like a secret redacted (it goes to terminals and logs)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(" ".join(str(message).split())))
 
 
-_DURATION_RE = re.compile(r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$")
+# -- kill switch ------------------------------------------------------------------------------
+KILL_SWITCH_OFF = ("0", "false", "no", "off")
+
+
+def kill_switch_engaged(value: str | None) -> bool:
+    """Whether the kill-switch variable's value engages it: any non-blank value but an
+    explicit false (0/false/no/off, any case, spaces trimmed). Fails safe: a value someone
+    set to stop the daemon (``enabled``, ``stop``, ``y``) stops it.
+
+    >>> [kill_switch_engaged(v) for v in (None, "", " ", "off", "FALSE", "enabled", "1")]
+    [False, False, False, False, False, True, True]
+    """
+    v = (value or "").strip().lower()
+    return bool(v) and v not in KILL_SWITCH_OFF
+
+
+# -- durations ------------------------------------------------------------------------------
+_DURATION_RE = re.compile(
+    r"^\s*(?:(\d+)d)?\s*(?:(\d+)h)?\s*(?:(\d+)m)?\s*(?:(\d+)s)?\s*$", re.ASCII
+)
+_SECONDS_RE = re.compile(r"^\s*\d{1,12}(?:\.\d{1,9})?\s*$", re.ASCII)
+# timedelta's own limit is 999999999 days; anything near it is a typo, not a setting.
+_DURATION_CAP_S = 10 * 366 * 86400
 
 
 def parse_duration(value: Any) -> Any:
@@ -47,16 +129,66 @@ def parse_duration(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value) or abs(value) > _DURATION_CAP_S:
+            raise ValueError(f"duration out of range: {value!r} (use e.g. 45s, 30m, 1h30m, 2d)")
         return timedelta(seconds=value)
+    if isinstance(value, str) and _SECONDS_RE.match(value):
+        return parse_duration(float(value))  # an environment value: a number of seconds
     if isinstance(value, str):
         m = _DURATION_RE.match(value)
         if m and any(m.groups()):
             d, h, mi, s = (int(g) if g else 0 for g in m.groups())
+            if d * 86400 + h * 3600 + mi * 60 + s > _DURATION_CAP_S:
+                raise ValueError(f"duration out of range: {value!r} (at most 3660d)")
             return timedelta(days=d, hours=h, minutes=mi, seconds=s)
     raise ValueError(f"not a duration: {value!r} (use e.g. 45s, 30m, 1h30m, 2d)")
 
 
-Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+def format_duration(td: timedelta) -> str:
+    """The shortest ``1d2h3m4s`` form (what the config accepts back)."""
+    total = int(td.total_seconds())
+    if total < 0:
+        return "-" + format_duration(-td)
+    out = ""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        n, total = divmod(total, size)
+        if n:
+            out += f"{n}{unit}"
+    return out or "0s"
+
+
+@dataclass(frozen=True)
+class Between:
+    """A duration field's allowed range (inclusive), as ``Annotated[timedelta, Between(...)]``:
+    it parses "30m"-style values and refuses anything outside ``[low, high]``. Every duration
+    in the config has one (tests walk the models to make sure)."""
+
+    low: str
+    high: str
+
+    @property
+    def min(self) -> timedelta:
+        return parse_duration(self.low)
+
+    @property
+    def max(self) -> timedelta:
+        return parse_duration(self.high)
+
+    def describe(self) -> str:
+        return f"{self.low} to {self.high}"
+
+    def _check(self, value: timedelta) -> timedelta:
+        if not self.min <= value <= self.max:
+            raise ValueError(f"{format_duration(value)} is out of range; allowed {self.describe()}")
+        return value
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_before_validator_function(
+            parse_duration,
+            core_schema.no_info_after_validator_function(self._check, handler(source)),
+        )
 
 
 class _Strict(BaseModel):
@@ -95,15 +227,31 @@ def _default_metrics() -> dict[AcceleratorKind, MetricConfig]:
 
 class IdleConfig(_Strict):
     threshold_percent: float = Field(default=5.0, gt=0, le=100)
-    window: Duration = timedelta(minutes=30)
-    period: Duration = timedelta(minutes=1)
-    # Longest tolerated hole in a series, including at the window's start and before "now".
-    max_gap: Duration = timedelta(minutes=5)
+    # How long a node must stay below the threshold to count as idle.
+    window: Annotated[timedelta, Between("5m", "7d")] = timedelta(minutes=30)
+    # CloudWatch period of the datapoints read; standard-resolution metrics need whole
+    # minutes (GetMetricData's Period: a multiple of 60).
+    period: Annotated[timedelta, Between("1m", "1h")] = timedelta(minutes=1)
+    # Longest tolerated hole in a series, including at the window's start and before "now";
+    # at least one period and at most the window.
+    max_gap: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=5)
     series_discovery: Literal["list-metrics", "telemetry"] = "list-metrics"
     # How long a ListMetrics answer is reused; an instance that was not running when it was
     # taken triggers a fresh one at once.
-    series_refresh: Duration = timedelta(minutes=10)
+    series_refresh: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
     metrics: dict[AcceleratorKind, MetricConfig] = Field(default_factory=_default_metrics)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> IdleConfig:
+        if self.period.total_seconds() % 60:
+            raise ValueError(f"period {format_duration(self.period)}: use whole minutes")
+        if not self.period <= self.max_gap <= self.window:
+            raise ValueError(
+                f"max_gap ({format_duration(self.max_gap)}) must be at least period "
+                f"({format_duration(self.period)}) and at most window "
+                f"({format_duration(self.window)})"
+            )
+        return self
 
 
 class TagSelector(_Strict):
@@ -118,10 +266,11 @@ class ProtectedConfig(_Strict):
 
 class ReclaimConfig(_Strict):
     enabled: bool = True
-    grace: Duration = timedelta(hours=1)
+    # Time between marking a node idle (and telling its owner) and acting on it.
+    grace: Annotated[timedelta, Between("5m", "30d")] = timedelta(hours=1)
     mark_tag: str = "coreburst:idle-since"
     exempt_tag: str = "coreburst:exempt-until"
-    max_exemption: Duration = timedelta(days=30)
+    max_exemption: Annotated[timedelta, Between("1h", "365d")] = timedelta(days=30)
     owner_tags: list[str] = ["owner", "team", "project", "cost-center"]
     protected: ProtectedConfig = ProtectedConfig()
 
@@ -129,7 +278,7 @@ class ReclaimConfig(_Strict):
 class SafetyConfig(_Strict):
     max_actions_per_cycle: int = Field(default=5, ge=0)
     breaker_failures: int = Field(default=3, ge=1)
-    breaker_reset: Duration = timedelta(minutes=30)
+    breaker_reset: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
     kill_switch_file: Path | None = Path("/etc/coreburst/guardrails.stop")
     kill_switch_env: str = "COREBURST_KILL_SWITCH"
 
@@ -156,7 +305,8 @@ class SpendConfig(_Strict):
     # "live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction.
     spot_price: Literal["live", "catalog-estimate"] = "live"
     cost_explorer: bool = True
-    cost_explorer_refresh: Duration = timedelta(hours=6)
+    # Cost Explorer bills each request and updates a few times a day.
+    cost_explorer_refresh: Annotated[timedelta, Between("1h", "7d")] = timedelta(hours=6)
     # Ports to price when DescribeConnections is not wanted (or not allowed); None = discover.
     direct_connect_ports: list[DirectConnectPort] | None = None
     include_lustre: bool = True
@@ -164,28 +314,37 @@ class SpendConfig(_Strict):
 
 class EgressConfig(_Strict):
     enabled: bool = True
-    window: Duration = timedelta(hours=1)
+    window: Annotated[timedelta, Between("5m", "1d")] = timedelta(hours=1)
     daily_threshold_usd: float = Field(default=500.0, gt=0)
     spike_factor: float = Field(default=3.0, gt=1)
-    baseline: Duration = timedelta(hours=24)
+    baseline: Annotated[timedelta, Between("1h", "30d")] = timedelta(hours=24)
     min_baseline_samples: int = Field(default=3, ge=1)
     top_talkers: int = Field(default=5, ge=1)
     include_nat: bool = True
-    cooldown: Duration = timedelta(hours=1)
+    cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
 
 
 class SlackConfig(_Strict):
     # The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML.
     webhook_url_file: Path | None = None
-    cooldown: Duration = timedelta(minutes=30)
+    cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
     max_attempts: int = Field(default=50, ge=1)
-    backoff_base: Duration = timedelta(seconds=5)
-    backoff_max: Duration = timedelta(minutes=10)
+    backoff_base: Annotated[timedelta, Between("1s", "1h")] = timedelta(seconds=5)
+    backoff_max: Annotated[timedelta, Between("1s", "1d")] = timedelta(minutes=10)
     # Per request; fractions honoured (0.5 = half a second).
     timeout_s: float = Field(default=10.0, gt=0)
     # All of one cycle's sends together: a slow or hanging Slack never holds up observing and
     # acting for longer than this. What is not sent stays due for the next cycle.
     cycle_budget_s: float = Field(default=20.0, gt=0)
+
+    @model_validator(mode="after")
+    def _backoff_order(self) -> SlackConfig:
+        if self.backoff_max < self.backoff_base:
+            raise ValueError(
+                f"backoff_max ({format_duration(self.backoff_max)}) is shorter than "
+                f"backoff_base ({format_duration(self.backoff_base)})"
+            )
+        return self
 
 
 class StateConfig(_Strict):
@@ -193,7 +352,7 @@ class StateConfig(_Strict):
     audit_log: Path = Path(".coreburst/guardrails-audit.jsonl")
     # Spend and egress snapshots older than this are deleted (hourly); must cover the egress
     # baseline.
-    snapshot_retention: Duration = timedelta(days=35)
+    snapshot_retention: Annotated[timedelta, Between("1d", "400d")] = timedelta(days=35)
 
 
 class MetricsEndpointConfig(_Strict):
@@ -248,6 +407,77 @@ def _known_rules(value: list[str] | None) -> list[str] | None:
     return sorted(set(value))
 
 
+@functools.cache
+def _region_patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    # The region-name contract is botocore's: each partition's ``regionRegex`` in its
+    # bundled partitions.json (endpoints.json in older releases). ASCII only, lower case:
+    # Python's \w and \d would otherwise admit any script's letters and digits.
+    import botocore.loaders
+
+    loader = botocore.loaders.Loader()
+    try:
+        parts = loader.load_data("partitions")["partitions"]
+        key = "id"
+    except Exception:  # a botocore without partitions.json
+        parts = loader.load_data("endpoints")["partitions"]
+        key = "partition"
+    return tuple((str(p[key]), re.compile(p["regionRegex"], re.ASCII)) for p in parts)
+
+
+def _aws_region(value: str) -> str:
+    if value != value.lower() or not any(rx.match(value) for _, rx in _region_patterns()):
+        raise ValueError(
+            f"{value!r} is not an AWS region name (e.g. us-east-1, eu-west-2, us-gov-west-1; "
+            "lower-case <area>-<direction>-<number> as in botocore's partitions)"
+        )
+    return value
+
+
+AwsRegion = Annotated[str, AfterValidator(_aws_region)]
+
+
+def _is_scalar_list(annotation: Any) -> bool:
+    """list[str] / list[float] / list[AccountId] (or Optional of one): what a comma-separated
+    environment value can stand for."""
+    from typing import Union, get_args, get_origin
+
+    origin = get_origin(annotation)
+    if origin is Union or type(annotation).__name__ == "UnionType":
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return len(args) == 1 and _is_scalar_list(args[0])
+    if origin is Annotated:
+        return _is_scalar_list(get_args(annotation)[0])
+    if origin is not list:
+        return False
+    (item,) = get_args(annotation) or (Any,)
+    while get_origin(item) is Annotated:
+        item = get_args(item)[0]
+    return item in (str, int, float)
+
+
+class _EnvNotJsonError(Exception):
+    """An environment value for a section (or a list of sections) that is not JSON. Not a
+    ValueError: pydantic-settings would swallow that for an optional section and hand the raw
+    string on, to fail later with a message that does not say it came from the environment."""
+
+    def __init__(self, field_name: str) -> None:
+        super().__init__(field_name)
+        self.field_name = field_name
+
+
+class _EnvSource(EnvSettingsSource):
+    """Environment overrides, plus the obvious comma-separated form for lists of plain values
+    (``COREBURST_REGIONS=us-east-1,us-east-2``) where JSON would be needed otherwise."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except ValueError:
+            if field is not None and isinstance(value, str) and _is_scalar_list(field.annotation):
+                return [part.strip() for part in value.split(",") if part.strip()]
+            raise _EnvNotJsonError(field_name) from None
+
+
 class GuardrailsConfig(BaseSettings):
     """The whole daemon configuration (``guardrails/examples/guardrails.yaml``)."""
 
@@ -255,10 +485,12 @@ class GuardrailsConfig(BaseSettings):
         env_prefix="COREBURST_", env_nested_delimiter="__", extra="forbid", frozen=True
     )
 
-    regions: list[str] = Field(default=["us-east-1"], min_length=1)
+    regions: list[AwsRegion] = Field(default=["us-east-1"], min_length=1)
     instance_types: list[str] | None = None  # None = every accelerated type in the catalog
-    interval: Duration = timedelta(seconds=60)
-    dry_run: bool = False
+    # Between cycles; each cycle makes AWS API calls, so not less than 10 s.
+    interval: Annotated[timedelta, Between("10s", "1d")] = timedelta(seconds=60)
+    # True unless written down as false: an empty or partial config never acts.
+    dry_run: bool = True
     aws: AwsConfig = AwsConfig()
     idle: IdleConfig = IdleConfig()
     reclaim: ReclaimConfig = ReclaimConfig()
@@ -284,14 +516,15 @@ class GuardrailsConfig(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # The environment wins over the YAML file (the file arrives as init kwargs).
-        return (env_settings, init_settings)
+        return (_EnvSource(settings_cls), init_settings)
 
     @model_validator(mode="after")
     def _retention_covers_baseline(self) -> GuardrailsConfig:
         if self.state.snapshot_retention < self.egress.baseline:
             raise ValueError(
-                f"state.snapshot_retention ({self.state.snapshot_retention}) is shorter than "
-                f"egress.baseline ({self.egress.baseline}); raise it or shorten the baseline"
+                f"state.snapshot_retention ({format_duration(self.state.snapshot_retention)}) "
+                f"is shorter than egress.baseline ({format_duration(self.egress.baseline)}); "
+                "raise it or shorten the baseline"
             )
         return self
 
@@ -304,13 +537,68 @@ class GuardrailsConfig(BaseSettings):
         return sorted(self.instance_types or cat.instances)
 
 
-def _one_line(exc: ValidationError, origin: str) -> str:
+def one_line(exc: ValidationError, origin: str) -> str:
+    """A pydantic error as the one line a user sees: where, what, and the rejected value,
+    unless that value sits under a secret-like key (url, token, secret, password, webhook)
+    or looks like a secret itself (then ``<redacted>``). Every guardrails config error goes
+    through here and through ``ConfigError``, which redacts once more.
+
+    >>> try:
+    ...     SlackConfig(webhook_url="https://hooks.slack.com/services/T0/B0/XYZ")
+    ... except ValidationError as e:
+    ...     print(one_line(e, "g.yaml"))
+    g.yaml: webhook_url: Extra inputs are not permitted (got <redacted>)
+    """
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-    msg = err["msg"]
+    from_env = _env_origin(tuple(err["loc"]))
+    if from_env:
+        origin = f"environment {from_env}"
+    msg = str(err["msg"]).removeprefix("Value error, ")
     got = err.get("input")
-    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-    return f"{origin}: {loc}: {msg}{shown}"
+    secret = any(is_secret_key(str(p)) for p in err["loc"])
+    if secret and isinstance(got, str) and got:
+        msg = msg.replace(got, REDACTED).replace(repr(got), REDACTED)
+    if isinstance(got, dict | list | timedelta) or got is None or repr(got) in msg:
+        shown = ""  # nothing to show, or the message says it already
+    elif secret:
+        shown = f" (got {REDACTED})"
+    else:
+        text = repr(got)
+        shown = f" (got {text[:80] + '...' if len(text) > 80 else text})"
+    return redact(f"{origin}: {loc}: {msg}{shown}")
+
+
+def _env_origin(loc: tuple[Any, ...]) -> str | None:
+    """The environment variable an error at ``loc`` came from, if one did (the longest
+    COREBURST_A__B__C naming ``loc`` or a section above it)."""
+    env = {k.upper(): k for k in os.environ}
+    if tuple(loc[:2]) == ("state", "path") and "COREBURST_STATE_PATH" in env:
+        return env["COREBURST_STATE_PATH"]
+    for i in range(len(loc), 0, -1):
+        name = "COREBURST_" + "__".join(str(p).upper() for p in loc[:i])
+        if name in env:
+            return env[name]
+    return None
+
+
+def _env_format_error(field_name: str) -> str:
+    """An environment value for a section or list that is not JSON: name the variable(s) and
+    the expected form; never echo the value (it may be a secret)."""
+    field = field_name.upper()
+    top = f"COREBURST_{field}"
+    names = sorted(
+        k
+        for k in os.environ
+        if k.upper() in (top,)
+        or (k.upper().startswith("COREBURST_") and k.upper().endswith(f"__{field}"))
+    ) or [top]
+    prefix = names[0]
+    return (
+        f"environment {', '.join(names)}: not valid JSON for a section or list; write a "
+        f'section as JSON ({prefix}=\'{{"key": "value"}}\') or set one key at a time '
+        f"({prefix}__KEY=value), and a list as JSON or comma-separated (a,b)"
+    )
 
 
 def parse_config(text: str, origin: str = "<config>") -> GuardrailsConfig:
@@ -329,7 +617,12 @@ def parse_config(text: str, origin: str = "<config>") -> GuardrailsConfig:
     try:
         cfg = GuardrailsConfig(**data)
     except ValidationError as exc:
-        raise ConfigError(_one_line(exc, origin)) from None
+        raise ConfigError(one_line(exc, origin)) from None
+    except _EnvNotJsonError as exc:
+        raise ConfigError(_env_format_error(exc.field_name)) from None
+    except SettingsError as exc:
+        m = re.search(r'field "([^"]+)"', str(exc))
+        raise ConfigError(_env_format_error(m.group(1) if m else "")) from None
     cat = load_catalog()
     for t in cfg.instance_types or []:
         if t not in cat.instances:
@@ -357,8 +650,5 @@ def parse_config(text: str, origin: str = "<config>") -> GuardrailsConfig:
 def load_config(path: Path | None) -> GuardrailsConfig:
     if path is None:
         return parse_config("", "<defaults>")
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config {path}: {exc.strerror}") from None
+    text = read_text(path, "config", ConfigError)
     return parse_config(text, str(path))

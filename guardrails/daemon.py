@@ -29,9 +29,9 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
-from guardrails import aws
+from guardrails import aws, testhooks
 from guardrails.clock import Clock, SystemClock
-from guardrails.config import GuardrailsConfig
+from guardrails.config import GuardrailsConfig, kill_switch_engaged
 from guardrails.egress import project_egress, spike
 from guardrails.idle import Decision, IdleParams, Utilization, assess_utilization, decide
 from guardrails.metrics import Metrics
@@ -43,7 +43,7 @@ from guardrails.state import iso, parse_iso
 from guardrails.store import StateStore
 from infra.catalog import Catalog, CatalogError, load_catalog
 
-PAUSE_ENV = "COREBURST_TEST_PAUSE_AT"  # test hook: "<point>:<marker file>"
+PAUSE_ENV = testhooks.PAUSE_ENV  # read only with COREBURST_TEST_HOOKS=1
 
 
 class AwsUnreachableError(RuntimeError):
@@ -193,17 +193,13 @@ class Daemon:
         self._audit.write(json.dumps(rec, default=str, sort_keys=True) + "\n")
 
     def _pause_point(self, point: str) -> None:
-        spec = os.environ.get(PAUSE_ENV, "")
-        if spec.startswith(point + ":"):
-            Path(spec.split(":", 1)[1]).write_text(point)
-            # Wait here to be SIGKILLed by the test (bounded).
-            for _ in range(600):
-                time.sleep(0.1)
+        # Only with COREBURST_TEST_HOOKS=1 (guardrails.testhooks).
+        testhooks.pause_at(point)
 
     # -- safety ------------------------------------------------------------------------------
     def kill_switch(self) -> str | None:
         s = self.cfg.safety
-        if os.environ.get(s.kill_switch_env, "").strip().lower() in ("1", "true", "yes", "on"):
+        if kill_switch_engaged(os.environ.get(s.kill_switch_env)):
             return f"kill switch: ${s.kill_switch_env} is set"
         if s.kill_switch_file and s.kill_switch_file.exists():
             return f"kill switch: {s.kill_switch_file} exists"

@@ -45,6 +45,7 @@ def metric_defs() -> dict[str, tuple[str, str, str]]:
 def demo_config(endpoint: str, workdir: Path) -> str:
     return f"""
 regions: [us-east-1, us-east-2]
+dry_run: false  # the demo shows the daemon acting (against moto)
 interval: 10m
 aws: {{endpoint_url: "{endpoint}", max_attempts: 2, connect_timeout_s: 2}}
 idle: {{window: 30m, max_gap: 5m}}

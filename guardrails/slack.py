@@ -27,6 +27,7 @@ from guardrails.clock import Clock
 from guardrails.config import ConfigError, SlackConfig
 from guardrails.metrics import Metrics
 from guardrails.store import StateStore
+from infra.textio import read_text
 
 WEBHOOK_ENV = "COREBURST_SLACK_WEBHOOK_URL"
 
@@ -161,12 +162,11 @@ def webhook_url(cfg: SlackConfig) -> str | None:
     if url:
         return url.strip()
     if cfg.webhook_url_file:
-        try:
-            return cfg.webhook_url_file.read_text().strip() or None
-        except OSError as exc:
-            raise ConfigError(
-                f"slack.webhook_url_file: cannot read {cfg.webhook_url_file}: {exc.strerror}"
-            ) from None
+        # One line on a bad file, never its content: it holds the webhook secret.
+        text = read_text(
+            cfg.webhook_url_file, "Slack webhook file (slack.webhook_url_file)", ConfigError
+        )
+        return text.strip() or None
     return None
 
 

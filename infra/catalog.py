@@ -21,6 +21,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from infra.textio import read_text
+
 CATALOG_PATH = Path(__file__).parent / "data" / "catalog.yaml"
 
 
@@ -215,8 +217,4 @@ def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
 
 @functools.cache
 def load_catalog(path: Path = CATALOG_PATH) -> Catalog:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise CatalogError(f"cannot read catalog {path}: {exc.strerror}") from None
-    return parse_catalog(text, str(path))
+    return parse_catalog(read_text(path, "catalog", CatalogError), str(path))

@@ -17,10 +17,12 @@ YAML). Validation happens before any resource is declared; a bad value raises
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
+import botocore.loaders
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -72,6 +74,11 @@ class StackConfigError(ValueError):
     """Invalid stack configuration; the message is one line meant for the user."""
 
 
+# Amazon VPC user guide, "VPC CIDR blocks" and "Subnet CIDR blocks": an IPv4 block for a VPC
+# or a subnet is between /16 (65,536 addresses) and /28 (16 addresses).
+VPC_PREFIX_MIN, VPC_PREFIX_MAX = 16, 28
+
+
 def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value, strict=True))
@@ -79,7 +86,34 @@ def _cidr(value: str) -> str:
         raise ValueError(f"{value!r} is not a CIDR block (expected e.g. 10.0.0.0/16)") from None
 
 
+def _vpc_cidr(value: str) -> str:
+    net = ipaddress.ip_network(_cidr(value))
+    if net.version != 4 or not VPC_PREFIX_MIN <= net.prefixlen <= VPC_PREFIX_MAX:
+        raise ValueError(
+            f"{value!r} is not allowed: an IPv4 VPC or subnet CIDR block must be between "
+            f"/{VPC_PREFIX_MIN} and /{VPC_PREFIX_MAX} (e.g. 10.64.0.0/16)"
+        )
+    return str(net)
+
+
 Cidr = Annotated[str, AfterValidator(_cidr)]
+VpcCidr = Annotated[str, AfterValidator(_vpc_cidr)]
+
+
+@functools.cache
+def region_patterns() -> tuple[re.Pattern[str], ...]:
+    """Each AWS partition's ``regionRegex`` from botocore's ``endpoints.json`` (the region
+    names the SDKs resolve); ASCII-only, since AWS region names are."""
+    data = botocore.loaders.Loader().load_data("endpoints")
+    return tuple(re.compile(p["regionRegex"], re.ASCII) for p in data["partitions"])
+
+
+def _region(value: str) -> str:
+    if not any(p.fullmatch(value) for p in region_patterns()):
+        raise ValueError(
+            f"{value!r} is not an AWS region name (e.g. us-east-1, eu-west-2, us-gov-west-1)"
+        )
+    return value
 
 
 def _asn_private_or_public(value: int) -> int:
@@ -98,8 +132,13 @@ def _amazon_side_asn(value: int) -> int:
 
 
 class _Model(BaseModel):
+    # allow_inf_nan=False: YAML's .inf/.nan are floats; no amount of money or size is infinite.
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        allow_inf_nan=False,
     )
 
 
@@ -340,9 +379,9 @@ class HybridLink(_Model):
 
 
 class Vpc(_Model):
-    cidr: Cidr = "10.64.0.0/16"
-    private_subnet_cidr: Cidr = "10.64.0.0/18"
-    public_subnet_cidr: Cidr = "10.64.192.0/24"
+    cidr: VpcCidr = "10.64.0.0/16"
+    private_subnet_cidr: VpcCidr = "10.64.0.0/18"
+    public_subnet_cidr: VpcCidr = "10.64.192.0/24"
     nat_gateway: bool = True
     # SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics
     # without a NAT path.
@@ -357,6 +396,13 @@ class Vpc(_Model):
         ):
             if not ipaddress.ip_network(sub).subnet_of(vpc):  # type: ignore[arg-type]
                 raise ValueError(f"{key} {sub} is not inside the VPC CIDR {self.cidr}")
+        if ipaddress.ip_network(self.private_subnet_cidr).overlaps(
+            ipaddress.ip_network(self.public_subnet_cidr)
+        ):
+            raise ValueError(
+                f"privateSubnetCidr {self.private_subnet_cidr} overlaps publicSubnetCidr "
+                f"{self.public_subnet_cidr}; subnets of a VPC must not overlap"
+            )
         return self
 
 
@@ -383,7 +429,7 @@ class GuardrailsDeploy(_Model):
 
 
 class StackConfig(_Model):
-    region: str = Field(pattern=r"^[a-z]{2}(-gov)?-[a-z]+-\d$")
+    region: Annotated[str, AfterValidator(_region)]
     availability_zone: str
     vpc: Vpc = Vpc()
     clusters: list[Cluster] = Field(min_length=1)
@@ -396,9 +442,12 @@ class StackConfig(_Model):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
-        if not self.availability_zone.startswith(self.region):
+        # EC2 user guide, "Regions and Zones": an AZ's name is its region's code followed by a
+        # letter (us-east-1a); a prefix match would accept us-east-10a for us-east-1.
+        if not re.fullmatch(re.escape(self.region) + "[a-z]", self.availability_zone):
             raise ValueError(
-                f"availabilityZone {self.availability_zone!r} is not in region {self.region}"
+                f"availabilityZone {self.availability_zone!r} is not in region {self.region}: "
+                f"use the region name plus one letter (e.g. {self.region}a)"
             )
         names = [c.name for c in self.clusters]
         if len(set(names)) != len(names):

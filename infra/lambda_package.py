@@ -24,16 +24,20 @@ import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from infra.textio import read_text
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DEST = REPO_ROOT / "build" / "lambda"
 # Lambda's python3.11 runtime runs on Amazon Linux 2 (glibc 2.26): manylinux2014 wheels load.
 PLATFORM = "manylinux2014_x86_64"
 PYTHON_VERSION = "3.11"
-# What the daemon imports from infra (see guardrails/*: infra.catalog, infra.telemetry).
+# What the daemon imports from infra (see guardrails/*: infra.catalog, infra.telemetry,
+# infra.textio).
 INFRA_FILES = (
     "infra/__init__.py",
     "infra/catalog.py",
     "infra/telemetry.py",
+    "infra/textio.py",
     "infra/data/catalog.yaml",
 )
 
@@ -50,7 +54,7 @@ def _normalize(name: str) -> str:
 
 def lambda_requirements(pyproject: Path = REPO_ROOT / "pyproject.toml") -> list[str]:
     """The requirement strings (with versions) of the Lambda's third-party packages."""
-    doc = tomllib.loads(pyproject.read_text())
+    doc = tomllib.loads(read_text(pyproject, "pyproject", LambdaPackageError))
     names = doc.get("tool", {}).get("coreburst", {}).get("lambda", {}).get("dependencies")
     if not names:
         raise LambdaPackageError(
@@ -142,7 +146,11 @@ def ensure_lambda_package(
     requirements = lambda_requirements(root / "pyproject.toml")
     fp = fingerprint(root, requirements)
     stamp = _stamp(dest)
-    fresh = (dest / "guardrails").is_dir() and stamp.is_file() and stamp.read_text().strip() == fp
+    fresh = (
+        (dest / "guardrails").is_dir()
+        and stamp.is_file()
+        and stamp.read_bytes().strip() == fp.encode()
+    )
     if fresh and not force:
         return dest
     dest.parent.mkdir(parents=True, exist_ok=True)

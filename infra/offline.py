@@ -21,6 +21,7 @@ import yaml
 from infra.catalog import load_catalog
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.program import build, read_stack_config
+from infra.textio import read_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "coreburst"
@@ -101,7 +102,7 @@ def load_stack_yaml(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
         listed = ", ".join(known) or "none"
         raise StackConfigError(f"no stack {stack!r}: {path.name} not found (known: {listed})")
     try:
-        doc = yaml.safe_load(path.read_text()) or {}
+        doc = yaml.safe_load(read_text(path, "stack file", StackConfigError)) or {}
     except yaml.YAMLError as exc:
         raise StackConfigError(f"{path.name}: not valid YAML ({exc})") from None
     config = doc.get("config", {}) if isinstance(doc, dict) else None

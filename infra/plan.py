@@ -14,6 +14,7 @@ checked with the same validators CrossGuard runs (:mod:`policies.runner`).
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +28,7 @@ from infra.catalog import CatalogError, load_catalog
 from infra.config import StackConfigError
 from infra.cost import CostLine
 from infra.offline import REPO_ROOT, evaluate_stack
+from infra.textio import read_text
 from policies.pack import all_policies
 from policies.pricing import price_resources, stack_region
 from policies.runner import PolicyError, Violation, run_policies
@@ -72,7 +74,7 @@ def _policy_config(stack: str, path: Path | None) -> dict[str, Any]:
             return {}  # no per-stack file: every policy at its defaults
         raise PlanError(f"policy config {path} not found")
     try:
-        doc = json.loads(path.read_text())
+        doc = json.loads(read_text(path, "policy config", PlanError))
     except json.JSONDecodeError as exc:
         raise PlanError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, dict):
@@ -261,9 +263,9 @@ def plan(  # noqa: PLR0917
         None, "--preview-json", help="Price the output of `pulumi preview --json` instead"
     ),
     egress_gb: float = typer.Option(
-        0.0, "--egress-gb", min=0, help="Internet egress per month, GB (catalog tiers)"
+        0.0, "--egress-gb", help="Internet egress per month, GB (catalog tiers)"
     ),
-    nat_gb: float = typer.Option(0.0, "--nat-gb", min=0, help="NAT-processed GB per month"),
+    nat_gb: float = typer.Option(0.0, "--nat-gb", help="NAT-processed GB per month"),
     policy_config: Path | None = typer.Option(
         None,
         "--policy-config",
@@ -271,6 +273,13 @@ def plan(  # noqa: PLR0917
     ),
 ) -> None:
     """Price STACK per resource and run the policy pack over it (no cloud access needed)."""
+    for flag, value in (("--egress-gb", egress_gb), ("--nat-gb", nat_gb)):
+        if not (math.isfinite(value) and value >= 0):
+            typer.echo(
+                f"error: {flag} {value}: give a finite number of GB per month, 0 or more",
+                err=True,
+            )
+            raise typer.Exit(2)
     try:
         report = build_report(stack, preview_json, egress_gb, nat_gb, policy_config)
         if compare:
@@ -279,7 +288,8 @@ def plan(  # noqa: PLR0917
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     if fmt is Format.json:
-        typer.echo(json.dumps(to_json(report), indent=2))
+        # Strict JSON: a NaN or infinity would print as bare NaN/Infinity, which parsers refuse.
+        typer.echo(json.dumps(to_json(report), indent=2, allow_nan=False))
     elif fmt is Format.markdown:
         typer.echo(to_markdown(report), nl=False)
     else:

@@ -123,7 +123,9 @@ def price_resources(
     for ep in of_type(resources, VPC_ENDPOINT):
         if ep.props.get("vpcEndpointType") != "Interface":
             continue
-        azs = max(1, len(ep.props.get("subnetIds") or []))
+        subnets = ep.props.get("subnetIds")
+        # Unknown until apply in a preview (the engine's sentinel string): count one AZ.
+        azs = max(1, len(subnets) if isinstance(subnets, list) else 1)
         per_h = catalog.vpc_interface_endpoint_usd_per_hour.value * azs
         lines.append(
             CostLine("network", ep.name, f"interface endpoint x {azs} AZ", per_h, per_h * hours)

@@ -124,12 +124,12 @@ def render_inventory_cmd(
     """
     try:
         model = load_fleet(fleet)
+        if output is not None:
+            write_inventory(model, output)
     except FleetError as exc:
         raise _fail(str(exc)) from None
     if output is None:
         sys.stdout.write("---\n" + yaml.safe_dump(render_inventory(model), sort_keys=False))
-    else:
-        write_inventory(model, output)
 
 
 @app.command()

@@ -7,11 +7,22 @@
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+
+from infra.textio import read_text
 
 GroupName = Literal["dgx_nodes", "subnet_managers", "slurm_controller"]
 GROUPS: tuple[str, ...] = ("dgx_nodes", "subnet_managers", "slurm_controller")
@@ -39,9 +50,44 @@ class Partition(_Strict):
     members: str = "ALL=full"
 
 
+# RFC 1123 host name: dot-separated labels of letters, digits and inner hyphens.
+_HOSTNAME = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)(\.(?!-)[A-Za-z0-9-]{1,63}(?<!-))*\.?")
+
+
+def _host_address(value: str) -> str:
+    """An IP address (checked with :mod:`ipaddress`) or a DNS name, as ``ansible_host`` takes.
+
+    Anything made only of digits and dots, or holding a colon, is meant as an IP address and
+    must be one: ``10.10.0.999`` is refused, not rendered into the inventory.
+    """
+    text = value.strip()
+    if re.fullmatch(r"[\d.]+", text) or ":" in text:
+        try:
+            return str(ipaddress.ip_address(text))
+        except ValueError:
+            raise ValueError(
+                f"{value!r} is not a valid IP address (each IPv4 part is 0-255, e.g. 10.10.0.11)"
+            ) from None
+    if len(text) > 253 or not _HOSTNAME.fullmatch(text):
+        raise ValueError(f"{value!r} is neither an IP address nor a valid host name")
+    return text
+
+
+def _ipv4_interface(value: str) -> str:
+    try:
+        iface = ipaddress.IPv4Interface(value)
+    except ValueError:
+        iface = None
+    if iface is None or "/" not in value:
+        raise ValueError(
+            f"{value!r} is not an IPv4 address with a prefix length (e.g. 10.20.0.11/16)"
+        )
+    return value
+
+
 class IpoibInterface(_Strict):
     name: str
-    address: str = Field(pattern=r"^\d+\.\d+\.\d+\.\d+/\d+$")
+    address: Annotated[str, AfterValidator(_ipv4_interface)]
 
 
 class Expectations(_Strict):
@@ -85,7 +131,7 @@ class Software(_Strict):
 
 class Node(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    address: str | None = None
+    address: Annotated[str, AfterValidator(_host_address)] | None = None
     groups: list[GroupName]
     sm_priority: Annotated[int, Field(ge=0, le=15)] | None = None
     ipoib: list[IpoibInterface] = []
@@ -130,15 +176,15 @@ def _one_line(exc: ValidationError, source: str) -> str:
     err = exc.errors()[0]
     loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
     more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    return f"{source}: {loc}: {err['msg']}{more}"
+    msg = err["msg"].removeprefix("Value error, ")
+    return f"{source}: {loc}: {msg}{more}"
 
 
-def load_yaml_mapping(path: Path) -> dict[str, Any]:
+def load_yaml_mapping(path: Path, what: str = "YAML file") -> dict[str, Any]:
     """Read a YAML file that must hold a mapping; FleetError with one line otherwise."""
+    text = read_text(path, what, FleetError)
     try:
-        data = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise FleetError(f"{path}: no such file") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -152,7 +198,7 @@ def load_yaml_mapping(path: Path) -> dict[str, Any]:
 
 def load_fleet(path: Path) -> Fleet:
     """Load and validate a fleet file."""
-    data = load_yaml_mapping(path)
+    data = load_yaml_mapping(path, "fleet file")
     try:
         return Fleet.model_validate(data)
     except ValidationError as exc:
@@ -218,9 +264,20 @@ def render_inventory(fleet: Fleet) -> dict[str, Any]:
 
 
 def write_inventory(fleet: Fleet, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write the rendered inventory to ``path`` whole or not at all (FleetError, one line)."""
     header = f"# Rendered by coreburst onprem render-inventory from fleet {fleet.name!r}.\n"
-    path.write_text(header + "---\n" + yaml.safe_dump(render_inventory(fleet), sort_keys=False))
+    body = header + "---\n" + yaml.safe_dump(render_inventory(fleet), sort_keys=False)
+    if path.is_dir():
+        raise FleetError(f"cannot write inventory {path}: it is a directory; give a file name")
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A temporary file renamed into place: a failed write leaves no half inventory behind.
+        tmp.write_text(body, encoding="utf-8")
+        tmp.replace(path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise FleetError(f"cannot write inventory {path}: {exc.strerror or exc}") from None
     return path
 
 

@@ -165,7 +165,7 @@ def resolve_inventory(inventory: Path) -> tuple[set[str], set[str]]:
         if not found:
             raise FleetError(f"{inventory}: no hosts.yml in inventory directory")
         path = found[0]
-    return inventory_names(load_yaml_mapping(path))
+    return inventory_names(load_yaml_mapping(path, "inventory"))
 
 
 def _progress(console: Console | None) -> Progress | None:

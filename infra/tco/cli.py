@@ -23,6 +23,7 @@ from rich.table import Table
 from infra.catalog import CatalogError
 from infra.tco.demand import DemandError, load_demand
 from infra.tco.model import Scenario, TcoError, TcoResult, analyse, one_line
+from infra.textio import read_text
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -49,10 +50,9 @@ def _fail(message: str) -> typer.Exit:
 
 
 def _read_scenario(path: Path) -> dict[str, Any]:
+    text = read_text(path, "scenario", TcoError)
     try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise TcoError(f"cannot read scenario {path}: {exc.strerror}") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

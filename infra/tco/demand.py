@@ -15,6 +15,7 @@ Two file shapes are read, told apart by their header:
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import math
@@ -25,6 +26,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
+from infra.textio import read_text
+
+# Bounds on a demand file, so a typo fails in one line instead of running for minutes or out of
+# memory: GPUs wanted in one hour (the same bound as a scenario's ``gpus``), data rows in one
+# file (a fleet-utilization file has one row per GPU per sample: 1,000,000 rows is a year of
+# hourly samples for 114 GPUs), and the span from the first to the last hour (ten years).
+MAX_GPUS_PER_ROW = 100_000
+MAX_ROWS = 1_000_000
+MAX_SPAN_HOURS = 10 * 8_784
 SERIES_HEADER = ("timestamp", "gpus")
 FLEET_HEADER = ("timestamp", "instance_id", "gpu_index", "utilization_pct")
 # Float noise (e.g. 16.000000001 GPUs of overflow) must not rent a whole extra node.
@@ -90,11 +100,19 @@ def _hour(ts: datetime) -> datetime:
 
 def parse_demand_csv(text: str, origin: str = "<demand>") -> DemandHistory:
     """Parse either file shape into hourly demand; raises DemandError with file:line on error."""
-    numbered = [
-        (i, r)
-        for i, r in enumerate(csv.reader(io.StringIO(text)), start=1)
-        if any(c.strip() for c in r)
-    ]
+    numbered: list[tuple[int, list[str]]] = []
+    i = 0
+    try:
+        for i, r in enumerate(csv.reader(io.StringIO(text)), start=1):
+            if any(c.strip() for c in r):
+                numbered.append((i, r))
+                if len(numbered) > MAX_ROWS + 1:
+                    raise DemandError(
+                        f"{origin}: more than {MAX_ROWS:,} data rows; aggregate to hourly rows "
+                        "(timestamp,gpus) or split the history"
+                    )
+    except csv.Error as exc:
+        raise DemandError(f"{origin}: line {i}: not valid CSV ({exc})") from None
     if not numbered:
         raise DemandError(f"{origin}: demand file is empty (want header {','.join(SERIES_HEADER)})")
     header = tuple(c.strip().lower() for c in numbered[0][1])
@@ -114,7 +132,7 @@ def parse_demand_csv(text: str, origin: str = "<demand>") -> DemandHistory:
             raise DemandError(f"{where}: expected {width} columns, got {len(row)}")
         hour = _hour(_parse_time(row[0], where))
         if header == SERIES_HEADER:
-            buckets[hour].append(_parse_number(row[1], "gpus", where, 0.0))
+            buckets[hour].append(_parse_number(row[1], "gpus", where, 0.0, MAX_GPUS_PER_ROW))
         else:
             util = _parse_number(row[3], "utilization_pct", where, 0.0, 100.0)
             per_gpu[(hour, row[1].strip(), row[2].strip())].append(util)
@@ -127,6 +145,11 @@ def parse_demand_csv(text: str, origin: str = "<demand>") -> DemandHistory:
         series = {h: sum(v) / len(v) for h, v in buckets.items()}
     hours = tuple(sorted(series))
     span = int((hours[-1] - hours[0]) / timedelta(hours=1)) + 1
+    if span > MAX_SPAN_HOURS:
+        raise DemandError(
+            f"{origin}: rows span {span:,} hours ({hours[0]:%Y-%m-%d} to {hours[-1]:%Y-%m-%d}); "
+            f"at most {MAX_SPAN_HOURS:,} (ten years): check the timestamps"
+        )
     return DemandHistory(
         hours=hours,
         gpus=tuple(series[h] for h in hours),
@@ -137,10 +160,7 @@ def parse_demand_csv(text: str, origin: str = "<demand>") -> DemandHistory:
 
 
 def load_demand(path: Path) -> DemandHistory:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise DemandError(f"cannot read demand file {path}: {exc.strerror}") from None
+    text = read_text(path, "demand file", DemandError)
     return parse_demand_csv(text, str(path))
 
 
@@ -208,10 +228,36 @@ def cost_of_core(demand: Sequence[float], nodes: int, c: CoreCosts) -> CoreOptio
 
 
 def size_core(demand: Sequence[float], c: CoreCosts) -> CoreSizing:
-    """Try every core size from 0 to the peak in nodes; keep the cheapest (smaller on ties)."""
+    """Try every core size from 0 to the peak in nodes; keep the cheapest (smaller on ties).
+
+    Same figures as :func:`cost_of_core` for each size, from sorted demand and prefix sums, so
+    the work grows with hours x log(hours) + peak nodes, not hours x peak nodes (a year of
+    hourly rows at the 100,000-GPU bound would otherwise take minutes).
+    """
     if not demand:
         raise DemandError("demand history is empty")
-    peak_nodes = math.ceil(max(demand) / c.gpus_per_node - _EPS)
-    options = tuple(cost_of_core(demand, k, c) for k in range(max(peak_nodes, 0) + 1))
+    g = c.gpus_per_node
+    hours = len(demand)
+    gpus = sorted(demand)
+    # Whole nodes each hour needs; an hour over a k-node core rents max(0, need - k) nodes.
+    need = sorted(math.ceil(d / g - _EPS) if d > _EPS else 0 for d in gpus)
+    gpus_sum, need_sum = [0.0], [0]
+    for d in gpus:
+        gpus_sum.append(gpus_sum[-1] + d)
+    for n in need:
+        need_sum.append(need_sum[-1] + n)
+    peak_nodes = max(need[-1], 0)
+    options = []
+    for k in range(peak_nodes + 1):
+        cap = k * g
+        below = bisect.bisect_right(gpus, cap)  # hours whose demand fits in the core
+        busy = gpus_sum[below] + cap * (hours - below)
+        over = gpus_sum[-1] - busy
+        owned = hours * k * c.owned_fixed_per_node_hour + c.owned_power_per_node_hour * (
+            hours * k * c.idle_power_fraction + (1 - c.idle_power_fraction) * busy / g
+        )
+        fits = bisect.bisect_right(need, k)
+        rented = (need_sum[-1] - need_sum[fits]) - k * (hours - fits)
+        options.append(CoreOption(k, owned, rented * c.burst_per_node_hour, busy, max(over, 0.0)))
     best = min(options, key=lambda o: (round(o.total_usd, 6), o.nodes))
-    return CoreSizing(best, options, sum(demand), len(demand), c.gpus_per_node)
+    return CoreSizing(best, tuple(options), gpus_sum[-1], hours, g)

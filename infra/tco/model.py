@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from infra.catalog import Catalog, CatalogError, Figure, load_catalog
 from infra.tco.demand import CoreCosts, DemandHistory, size_core
 from infra.tco.rules import RuleAdvice, Verdict, rule_of_thumb
+from infra.textio import read_text
 
 DEFAULTS_PATH = Path(__file__).parent / "data" / "onprem_defaults.yaml"
 # Demand whose hourly coefficient of variation is at or below this counts as "steady".
@@ -44,7 +45,9 @@ class TcoError(ValueError):
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # allow_inf_nan=False: flags and YAML (.inf, nan) must not turn a price or a duration into
+    # infinity; every float field of a scenario is finite.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
@@ -76,11 +79,9 @@ class OnpremDefaults(_Strict):
 
 @functools.cache
 def load_defaults(path: Path = DEFAULTS_PATH) -> OnpremDefaults:
+    text = read_text(path, "on-prem defaults", TcoError)
     try:
-        data = yaml.safe_load(path.read_text())
-        return OnpremDefaults.model_validate(data)
-    except OSError as exc:
-        raise TcoError(f"cannot read {path}: {exc.strerror}") from None
+        return OnpremDefaults.model_validate(yaml.safe_load(text))
     except yaml.YAMLError as exc:
         raise TcoError(f"{path}: not valid YAML ({exc})") from None
     except ValidationError as exc:

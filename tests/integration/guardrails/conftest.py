@@ -56,6 +56,7 @@ def t0() -> datetime:
 def config_text(endpoint: str, tmp: Path, extra: str = "") -> str:
     return f"""
 regions: [us-east-1, us-east-2]
+dry_run: false
 aws: {{endpoint_url: "{endpoint}", max_attempts: 2, connect_timeout_s: 2}}
 idle: {{window: 30m, max_gap: 5m}}
 reclaim: {{grace: 20m}}

@@ -36,6 +36,7 @@ def env(t: datetime, hook: WebhookReceiver | None, **extra: str) -> dict[str, st
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
+        COREBURST_TEST_HOOKS="1",  # the clock and pause hooks below (guardrails.testhooks)
         COREBURST_CLOCK_START=t.isoformat(),
         **extra,
     )

@@ -106,12 +106,17 @@ def test_two_daemons_on_one_host_and_state_file_one_acts_each_alert_once(
     """Both used to take ``<host>:<state path>`` as their leader id: both held the lease, both
     marked and both flushed, and each alert arrived twice."""
     cfg = tmp_path / "g.yaml"
-    cfg.write_text(config_text(moto.url, tmp_path, "interval: 1s"))
+    cfg.write_text(config_text(moto.url, tmp_path, "interval: 10s"))
     ids = idle_fleet(moto, t0, idle=5, blind=1)
     runs = [
         Daemon(
             cfg,
-            env(t0, hook, COREBURST_STATE__AUDIT_LOG=str(tmp_path / f"audit-{n}.jsonl")),
+            env(
+                t0,
+                hook,
+                COREBURST_STATE__AUDIT_LOG=str(tmp_path / f"audit-{n}.jsonl"),
+                COREBURST_CLOCK_SPEED="10",  # the shortest interval, 10 s, in 1 s
+            ),
             "--max-cycles",
             "4",
         )
@@ -179,9 +184,9 @@ def test_deleting_the_state_file_under_a_running_daemon_stops_it(
 ) -> None:
     """It used to carry on writing into the unlinked file, unseen by anyone."""
     cfg = tmp_path / "g.yaml"
-    cfg.write_text(config_text(moto.url, tmp_path, "interval: 1s"))
+    cfg.write_text(config_text(moto.url, tmp_path, "interval: 10s"))
     state = tmp_path / "state.sqlite"
-    d = Daemon(cfg, env(t0, None))
+    d = Daemon(cfg, env(t0, None, COREBURST_CLOCK_SPEED="10"))
     try:
         d.wait_for("cycle.done")
         state.unlink()

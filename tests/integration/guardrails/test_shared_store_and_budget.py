@@ -275,6 +275,7 @@ def _killed_invocation(stack: LambdaStack, at: datetime, point: str, marker: Pat
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COREBURST_", "AWS_"))}
     env.update(stack.env)
+    env["COREBURST_TEST_HOOKS"] = "1"  # guardrails.testhooks
     env["COREBURST_TEST_PAUSE_AT"] = f"{point}:{marker}"
     p = subprocess.Popen(
         [sys.executable, "-c", script, at.isoformat()],

@@ -46,8 +46,8 @@ def test_metric_defaults_come_from_telemetry() -> None:
         ("regions: [us-east-1\n", "not valid YAML"),
         ("- a\n- b", "top level must be a mapping"),
         (
-            "state: {snapshot_retention: 12h}\negress: {baseline: 24h}",
-            "state.snapshot_retention (12:00:00) is shorter than egress.baseline (1 day",
+            "state: {snapshot_retention: 2d}\negress: {baseline: 3d}",
+            "state.snapshot_retention (2d) is shorter than egress.baseline (3d)",
         ),
     ],
 )

@@ -50,6 +50,7 @@ def daemon(open_store: Opener, tmp_path: Path, clock: FakeClock, **kw: Any) -> D
     cfg = parse_config(
         f"""
 regions: [us-east-1]
+dry_run: false
 state: {{path: "{tmp_path}/main.db", audit_log: "{tmp_path}/audit.jsonl"}}
 spend: {{cost_explorer: false, include_lustre: false, direct_connect_ports: [],
          spot_price: catalog-estimate}}

@@ -19,8 +19,12 @@ def test_bad_edit_keeps_last_good_config_and_good_edit_applies(
     cfg = tmp_path / "g.yaml"
     base = (
         f'state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
-        "metrics_endpoint: {enabled: false}\ninterval: 1s\n"
+        "metrics_endpoint: {enabled: false}\ninterval: 10s\n"
     )
+    # 10 s (the shortest interval allowed) run 100x faster through the test-clock hook.
+    monkeypatch.setenv("COREBURST_TEST_HOOKS", "1")
+    monkeypatch.setenv("COREBURST_CLOCK_START", "2026-01-05T10:00:00+00:00")
+    monkeypatch.setenv("COREBURST_CLOCK_SPEED", "100")
     cfg.write_text(base + "dry_run: true\nidle: {threshold_percent: 5}\n")
     edits = [
         base + "dry_run: false\nidle: {threshold_percent: 500}\n",  # invalid: > 100

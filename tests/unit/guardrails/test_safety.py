@@ -45,6 +45,7 @@ def make(open_store: Callable[[str], StateStore], tmp_path: Path) -> Iterator[Ma
     ) -> Daemon:
         cfg = parse_config(
             f"""
+dry_run: false
 safety: {{max_actions_per_cycle: 2, breaker_failures: 3, breaker_reset: 30m,
           kill_switch_file: "{tmp_path}/stop"}}
 state: {{path: "{tmp_path}/{store}.db", audit_log: "{tmp_path}/{store}-audit.jsonl"{state}}}

@@ -168,9 +168,10 @@ def test_every_daemon_message_fits_at_maximal_inputs(
     cfg = parse_config(
         f"""
 regions: [us-east-1]
+dry_run: false
 instance_types: [p5.48xlarge]
 idle: {{window: 30m, max_gap: 5m}}
-reclaim: {{grace: 0s, owner_tags: {json.dumps(OWNER_TAGS)}}}
+reclaim: {{grace: 5m, owner_tags: {json.dumps(OWNER_TAGS)}}}
 safety: {{max_actions_per_cycle: 50, breaker_failures: 1,
           kill_switch_file: "{tmp_path}/stop", kill_switch_env: COREBURST_TEST_KS}}
 spend: {{cost_explorer: false, include_lustre: false, direct_connect_ports: [],
@@ -191,7 +192,13 @@ metrics_endpoint: {{enabled: false}}
         FleetNode(i, "us-east-1", "nvidia", 8, "idle" if n < 3 else "missing", 50.0)
         for n, i in enumerate(ids)
     ]
-    publish({"us-east-1": cw}, nodes, T0 - timedelta(minutes=40), T0, metric_defs=METRIC_DEFS)
+    publish(
+        {"us-east-1": cw},
+        nodes,
+        T0 - timedelta(minutes=40),
+        T0 + timedelta(minutes=10),
+        metric_defs=METRIC_DEFS,
+    )
     sqs = boto3.client("sqs", region_name="us-east-1")
     queue = sqs.create_queue(QueueName="budget-events")["QueueUrl"]
     sqs.send_message(QueueUrl=queue, MessageBody=BUDGETS_TEXT.format(name=UNI * 100))
@@ -202,8 +209,8 @@ metrics_endpoint: {{enabled: false}}
     try:
         d.run_cycle()  # marks, blind, egress, spend
         relay_budget_notices(d, queue)
-        clock.advance(timedelta(seconds=30))
-        d.run_cycle()  # grace 0: the marked nodes are acted on
+        clock.advance(timedelta(minutes=5))
+        d.run_cycle()  # grace (5m, the shortest allowed) over: the marked nodes are acted on
         monkeypatch.setenv("COREBURST_TEST_KS", "1")
         clock.advance(timedelta(minutes=1))
         d.run_cycle()  # kill switch

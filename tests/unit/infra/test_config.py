@@ -167,3 +167,173 @@ def test_bad_config_declares_nothing(dev_config: dict[str, Any]) -> None:
     with pytest.raises(pulumi.RunError, match="perUnitStorageThroughput 1 is not allowed"):
         main()
     assert mocks.resources == []
+
+
+# -- values AWS refuses (issue 12, item 18) ----------------------------------------------------
+def _moto_accepts_vpc(vpc_cidr: str, subnets: list[str]) -> bool:
+    """Ask moto's EC2 (an implementation of the API we did not write) whether it creates the
+    VPC and its subnets."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        try:
+            vpc = ec2.create_vpc(CidrBlock=vpc_cidr)["Vpc"]["VpcId"]
+            for cidr in subnets:
+                ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone="us-east-1a")
+        except ClientError:
+            return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("vpc", "message"),
+    [
+        (
+            {"cidr": "10.0.0.0/8", "privateSubnetCidr": "10.0.0.0/18"},
+            "coreburst:vpc.cidr: '10.0.0.0/8' is not allowed: an IPv4 VPC or subnet CIDR block "
+            "must be between /16 and /28",
+        ),
+        (
+            {"cidr": "10.64.0.0/16", "privateSubnetCidr": "10.64.0.0/29"},
+            "coreburst:vpc.privateSubnetCidr: '10.64.0.0/29' is not allowed",
+        ),
+        (
+            {"cidr": "10.64.0.0/16", "privateSubnetCidr": "10.64.0.0/16"},
+            "privateSubnetCidr 10.64.0.0/16 overlaps publicSubnetCidr 10.64.192.0/24",
+        ),
+        (
+            {"cidr": "10.64.0.0/16", "privateSubnetCidr": "10.64.192.0/25"},
+            "privateSubnetCidr 10.64.192.0/25 overlaps publicSubnetCidr 10.64.192.0/24",
+        ),
+        (
+            {"cidr": "10.64.0.0/16", "privateSubnetCidr": "10.65.0.0/18"},
+            "privateSubnetCidr 10.65.0.0/18 is not inside the VPC CIDR 10.64.0.0/16",
+        ),
+    ],
+)
+def test_vpc_layouts_aws_refuses(
+    dev_config: dict[str, Any], vpc: dict[str, Any], message: str
+) -> None:
+    """Amazon VPC user guide, "VPC CIDR blocks" (docs.aws.amazon.com/vpc/latest/userguide/
+    vpc-cidr-blocks.html): an IPv4 VPC block is /16 to /28; "Subnet CIDR blocks": a subnet's
+    block is /16 to /28, inside the VPC's, and subnets of a VPC must not overlap. moto's
+    CreateVpc/CreateSubnet refuse each of these too (InvalidVpc.Range, InvalidSubnet.Conflict,
+    InvalidSubnet.Range)."""
+    full = {"publicSubnetCidr": "10.64.192.0/24", **vpc}
+    dev_config["coreburst:vpc"] = {**dev_config.get("coreburst:vpc", {}), **full}
+    assert message in _reject(dev_config)
+    if "/29" not in full["privateSubnetCidr"]:  # moto does not check subnet sizes; AWS does
+        assert not _moto_accepts_vpc(
+            full["cidr"], [full["privateSubnetCidr"], full["publicSubnetCidr"]]
+        )
+
+
+@pytest.mark.parametrize("prefix", [15, 16, 20, 28, 29])
+def test_vpc_prefix_bounds_agree_with_moto(prefix: int) -> None:
+    from pydantic import TypeAdapter
+
+    from infra.config import VpcCidr
+
+    cidr = f"10.0.0.0/{prefix}"
+    try:
+        TypeAdapter(VpcCidr).validate_python(cidr)
+        ours = True
+    except ValueError:
+        ours = False
+    assert ours == _moto_accepts_vpc(cidr, []) == (16 <= prefix <= 28)
+
+
+def test_az_must_be_the_region_plus_one_letter(dev_config: dict[str, Any]) -> None:
+    """EC2 user guide, "Regions and Zones" (docs.aws.amazon.com/AWSEC2/latest/UserGuide/
+    using-regions-availability-zones.html): an AZ is named by its Region code followed by a
+    letter identifier (us-east-1a). us-east-10a only shares a prefix with us-east-1; moto's EC2
+    lists the region's zones and refuses a subnet there."""
+    import boto3
+    from moto import mock_aws
+
+    dev_config["coreburst:availabilityZone"] = "us-east-10a"
+    assert _reject(dev_config) == (
+        "coreburst: availabilityZone 'us-east-10a' is not in region us-east-1: use the region "
+        "name plus one letter (e.g. us-east-1a)"
+    )
+    with mock_aws():
+        zones = boto3.client("ec2", region_name="us-east-1").describe_availability_zones()
+    names = [z["ZoneName"] for z in zones["AvailabilityZones"]]
+    assert "us-east-10a" not in names
+    for az in names:  # every real zone of the region passes
+        dev_config["coreburst:availabilityZone"] = az
+        assert evaluate_config("dev", dev_config).config.availability_zone == az
+
+
+@pytest.mark.parametrize(
+    "region", ["日本-east-1", "us-east-1\n", "US-EAST-1", "mars-north-1", "us-east"]
+)
+def test_region_must_be_an_aws_region_name(dev_config: dict[str, Any], region: str) -> None:
+    """Region names per botocore's endpoints.json: each partition's regionRegex (read from
+    botocore's own data by the config and by this test)."""
+    import botocore.loaders
+
+    dev_config["aws:region"] = region
+    message = _reject(dev_config)
+    assert message.startswith(f"coreburst:region: {region!r} is not an AWS region name")
+    partitions = botocore.loaders.Loader().load_data("endpoints")["partitions"]
+    assert all(region not in p["regions"] for p in partitions)
+
+
+def test_every_botocore_region_is_accepted() -> None:
+    import botocore.loaders
+
+    from infra.config import _region
+
+    partitions = botocore.loaders.Loader().load_data("endpoints")["partitions"]
+    regions = [r for p in partitions for r in p["regions"]]
+    assert len(regions) > 30
+    for r in regions:
+        assert _region(r) == r
+
+
+# -- non-finite numbers (item 17) ---------------------------------------------------------------
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan"])
+def test_non_finite_budget_is_refused(dev_config: dict[str, Any], value: str) -> None:
+    """YAML 1.1's .inf/.nan (yaml.org/type/float.html) load as Python floats."""
+    import yaml
+
+    dev_config["coreburst:budget"]["monthlyUsd"] = yaml.safe_load(value)
+    assert _reject(dev_config).startswith("coreburst:budget.monthlyUsd: ")
+
+
+def test_every_float_field_of_the_stack_config_is_finite() -> None:
+    """Walk the model: each float field, wherever it sits, refuses infinity and NaN."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from infra.config import StackConfig
+
+    def floats(annotation: Any) -> bool:
+        if annotation is float:
+            return True
+        return any(floats(a) for a in typing.get_args(annotation))
+
+    def models(annotation: Any) -> list[type[BaseModel]]:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in typing.get_args(annotation) for m in models(a)]
+
+    seen: set[type[BaseModel]] = set()
+    todo: list[type[BaseModel]] = [StackConfig]
+    checked = []
+    while todo:
+        cls = todo.pop()
+        if cls in seen:
+            continue
+        seen.add(cls)
+        for name, field in cls.model_fields.items():
+            todo += models(field.annotation)
+            if floats(field.annotation):
+                assert cls.model_config.get("allow_inf_nan") is False, f"{cls.__name__}.{name}"
+                checked.append(f"{cls.__name__}.{name}")
+    assert "Budget.monthly_usd" in checked and "Budget.thresholds_percent" in checked

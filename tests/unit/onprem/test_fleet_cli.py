@@ -231,3 +231,69 @@ def test_live_progress_shows_each_host() -> None:
         t(_ev("runner_on_ok", "dgx-01", task="Run dcgmi diag", changed=False))
     text = buf.getvalue()
     assert "dgx-01" in text and "ok=1 changed=0 failed=0" in text and "Run dcgmi diag" in text
+
+
+# hostile input (issue 12, item 15) ----------------------------------------------------
+
+
+def test_cli_render_inventory_on_a_directory(tmp_path: Path) -> None:
+    """Before: IsADirectoryError traceback (the reader caught only FileNotFoundError)."""
+    r = _cli("render-inventory", str(tmp_path))
+    _assert_bad_input(r, f"cannot read fleet file {tmp_path}: it is a directory")
+    r = _cli("validate", "--inventory", str(tmp_path / "nope.yml"))
+    _assert_bad_input(r, "no such")
+
+
+def test_cli_render_inventory_into_a_directory(tmp_path: Path) -> None:
+    r = _cli("render-inventory", str(FLEET), "-o", str(tmp_path))
+    _assert_bad_input(r, f"cannot write inventory {tmp_path}: it is a directory")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("mutate", "where", "value"),
+    [
+        (lambda d, v: d["nodes"][0].update(address=v), "nodes.0.address", "10.10.0.999"),
+        (lambda d, v: d["nodes"][0].update(address=v), "nodes.0.address", "256.10.0.1"),
+        (lambda d, v: d["nodes"][0].update(address=v), "nodes.0.address", "10.10.0"),
+        (lambda d, v: d["nodes"][0].update(address=v), "nodes.0.address", "fd00::zz"),
+        (lambda d, v: d["nodes"][0].update(address=v), "nodes.0.address", "dgx 01"),
+        (
+            lambda d, v: d["nodes"][0]["ipoib"][0].update(address=v),
+            "nodes.0.ipoib.0.address",
+            "10.20.0.999/16",
+        ),
+        (
+            lambda d, v: d["nodes"][0]["ipoib"][0].update(address=v),
+            "nodes.0.ipoib.0.address",
+            "10.20.0.11/33",
+        ),
+        (
+            lambda d, v: d["nodes"][0]["ipoib"][0].update(address=v),
+            "nodes.0.ipoib.0.address",
+            "10.20.0.11",
+        ),
+    ],
+)
+def test_invalid_addresses_are_not_rendered(
+    tmp_path: Path, mutate: Any, where: str, value: str
+) -> None:
+    """Before: 10.10.0.999 went into the inventory as ansible_host. Whether a value is an IP
+    address is Python's ipaddress module's call (RFC 791 dotted quad, RFC 4291 for IPv6)."""
+    data = _fleet_data()
+    mutate(data, value)
+    out = tmp_path / "out" / "hosts.yml"
+    r = _cli("render-inventory", str(_write(tmp_path, data)), "-o", str(out))
+    _assert_bad_input(r, f"{where}: {value!r} is n")
+    assert not out.exists(), "nothing is written for a bad fleet"
+
+
+def test_host_names_and_ipv6_are_valid_ansible_hosts(tmp_path: Path) -> None:
+    data = _fleet_data()
+    data["nodes"][0]["address"] = "dgx-01.lab.example.com"
+    data["nodes"][1]["address"] = "fd00::12"
+    r = _cli("render-inventory", str(_write(tmp_path, data)))
+    assert r.exit_code == 0, r.output
+    hosts = yaml.safe_load(r.output)["all"]["children"]["dgx_nodes"]["hosts"]
+    addresses = {h["ansible_host"] for h in hosts.values() if h and "ansible_host" in h}
+    assert {"dgx-01.lab.example.com", "fd00::12"} <= addresses

@@ -155,7 +155,7 @@ def test_violations_are_reported(tmp_path: Path) -> None:
             "no-steps.json",
             "preview JSON has no 'steps' list; pass the output of `pulumi preview --json`",
         ),
-        ("step-without-type.json", "preview JSON steps[0] (create) has no newState type and urn"),
+        ("step-without-type.json", "preview JSON steps[0].newState.urn: missing"),
         ("missing.json", "cannot read preview JSON"),
     ],
 )
@@ -180,3 +180,128 @@ def test_unknown_stack() -> None:
 
 def test_bad_format_is_a_usage_error() -> None:
     assert invoke("-s", "dev", "--format", "yaml").exit_code == 2
+
+
+# -- wrongly typed preview JSON (issue 12, item 14) -------------------------------------------
+def _mutated_preview(tmp_path: Path, resource_type: str, path: list[str], value: Any) -> Path:
+    """dev.json with one value of the first ``resource_type`` newState replaced."""
+    doc = json.loads((FIXTURES / "dev.json").read_text())
+    for step in doc["steps"]:
+        state = step.get("newState") or {}
+        if state.get("type") == resource_type and (
+            path[0] != "propertyDependencies" or state.get("propertyDependencies")
+        ):
+            node = state
+            for key in path[:-1]:
+                node = node[key]
+            node[path[-1]] = value
+            break
+    else:
+        raise AssertionError(f"no {resource_type} in the fixture")
+    out = tmp_path / "preview.json"
+    out.write_text(json.dumps(doc))
+    return out
+
+
+@pytest.mark.parametrize(
+    ("resource_type", "path", "value", "message"),
+    [
+        (
+            "aws:autoscaling/group:Group",
+            ["propertyDependencies"],
+            "vpcZoneIdentifiers",
+            ".newState.propertyDependencies: expected an object, got the string "
+            "'vpcZoneIdentifiers'",
+        ),
+        (
+            "aws:autoscaling/group:Group",
+            ["inputs", "desiredCapacity"],
+            "lots",
+            ".newState.inputs.desiredCapacity: expected a whole number >= 0, got the string 'lots'",
+        ),
+        (
+            "aws:autoscaling/group:Group",
+            ["inputs", "desiredCapacity"],
+            2.5,
+            ".newState.inputs.desiredCapacity: expected a whole number >= 0, got the number 2.5",
+        ),
+        (
+            "aws:fsx/lustreFileSystem:LustreFileSystem",
+            ["inputs", "storageCapacity"],
+            [1200],
+            ".newState.inputs.storageCapacity: expected a whole number >= 0, got a list",
+        ),
+        (
+            "aws:ec2/launchTemplate:LaunchTemplate",
+            ["inputs", "instanceType"],
+            8,
+            ".newState.inputs.instanceType: expected a string, got the number 8",
+        ),
+        (
+            "aws:autoscaling/group:Group",
+            ["inputs"],
+            ["desiredCapacity"],
+            ".newState.inputs: expected an object, got a list",
+        ),
+        (
+            "aws:autoscaling/group:Group",
+            ["provider"],
+            7,
+            ".newState.provider: expected a string, got the number 7",
+        ),
+    ],
+)
+def test_wrongly_typed_preview_fields_name_the_json_path(
+    tmp_path: Path, resource_type: str, path: list[str], value: Any, message: str
+) -> None:
+    """The shape is the one `pulumi preview --json` writes: each step's newState is the engine's
+    resource record (apitype.ResourceV3 in pulumi/pulumi sdk/go/common/apitype/core.go):
+    inputs an object, provider a string, propertyDependencies an object of property -> URNs
+    (CLI reference: https://www.pulumi.com/docs/iac/cli/commands/pulumi_preview/). Before the
+    shape check, a string propertyDependencies raised AttributeError and desiredCapacity "lots"
+    was silently priced from minSize."""
+    result = invoke(
+        "-s", "dev", "--preview-json", str(_mutated_preview(tmp_path, resource_type, path, value))
+    )
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("error: preview JSON steps[")
+    assert message in lines[0]
+    assert "pulumi preview --json" in lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_unknown_values_in_a_preview_are_not_type_errors(tmp_path: Path) -> None:
+    """The engine writes values known only after apply as its unknown sentinel string; they are
+    not wrongly typed (an unknown desiredCapacity falls back to minSize, as before)."""
+    sentinel = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+    path = _mutated_preview(
+        tmp_path, "aws:autoscaling/group:Group", ["inputs", "desiredCapacity"], sentinel
+    )
+    result = invoke("-s", "dev", "--preview-json", str(path), "--format", "json")
+    assert result.exit_code == 0, result.output
+
+
+# -- non-finite numbers (item 17) ---------------------------------------------------------------
+@pytest.mark.parametrize("flag", ["--egress-gb", "--nat-gb"])
+@pytest.mark.parametrize("value", ["inf", "nan", "1e999", "-1"])
+def test_non_finite_cli_numbers_are_refused(flag: str, value: str) -> None:
+    """Before: --egress-gb inf printed `Infinity`, which no JSON parser (RFC 8259) accepts."""
+    result = invoke("-s", "dev", flag, value, "--format", "json")
+    assert result.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {flag} ")
+    assert "finite" in lines[0]
+
+
+def test_json_output_is_strict_json() -> None:
+    """Every number in --format json parses with a parser that refuses NaN/Infinity."""
+    out = invoke("-s", "dev", "--egress-gb", "1e6", "--format", "json").stdout
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"non-finite {token} in JSON output")
+
+    json.loads(out, parse_constant=refuse)

@@ -132,3 +132,100 @@ def test_bad_yaml_scenario_is_rejected(tmp_path: Path) -> None:
 
 def test_unknown_instance_type_is_rejected() -> None:
     _assert_one_line_error([*BASE, "--instance-type", "p9.huge"], "p9.huge")
+
+
+# -- bounded and finite inputs (issue 12, items 16 and 17) --------------------------------------
+def test_a_billion_gpus_in_one_row_is_refused_fast(tmp_path: Path) -> None:
+    """Before: ~50 s, then MemoryError (one core size tried per node up to the peak)."""
+    import time
+
+    f = tmp_path / "d.csv"
+    f.write_text("timestamp,gpus\n2026-01-01T00:00Z,8\n2026-01-01T01:00Z,1e9\n")
+    plot = tmp_path / "t.png"
+    start = time.monotonic()
+    _assert_one_line_error(
+        ["--demand", str(f), "--utilization-basis", "allocated", "--plot", str(plot)],
+        "line 3: gpus '1e9' must be between 0 and 100000",
+    )
+    assert time.monotonic() - start < 5
+    assert not plot.exists()
+
+
+def test_demand_at_the_bound_is_sized_quickly(tmp_path: Path) -> None:
+    """A year of hourly rows swinging up to the 100,000-GPU bound: 12,500 core sizes x 8,760
+    hours, sized in seconds (prefix sums), not the minutes a per-size pass over the hours took."""
+    import time
+
+    f = tmp_path / "d.csv"
+    rows = [f"2026-01-01T00:00Z,{100_000}"] + [
+        f"2026-01-{1 + h // 24:02d}T{h % 24:02d}:00Z,{(h * 7919) % 100_000}" for h in range(1, 744)
+    ]
+    rows += [f"2026-{2 + m:02d}-01T00:00Z,{(m * 4111) % 100_000}" for m in range(10)]
+    f.write_text("timestamp,gpus\n" + "\n".join(rows) + "\n")
+    start = time.monotonic()
+    result = runner.invoke(
+        app, ["--demand", str(f), "--utilization-basis", "allocated", "--format", "json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert time.monotonic() - start < 20
+    assert json.loads(result.stdout)["core"]["peak_nodes"] == 12_500
+
+
+def test_too_many_gpus_flag_is_refused() -> None:
+    _assert_one_line_error(
+        ["--gpus", "1000000000", "--utilization", "50", "--utilization-basis", "measured"],
+        "gpus: Input should be less than or equal to 100000",
+    )
+
+
+@pytest.mark.parametrize(
+    ("flag", "key"),
+    [
+        ("--longest-run-hours", "longest_run_hours"),
+        ("--hardware-usd-per-node", "owned.hardware_usd_per_node"),
+        ("--power-kw", "owned.power_kw"),
+        ("--usd-per-kwh", "owned.usd_per_kwh"),
+        ("--on-demand-price", "cloud.on_demand_usd_per_node_hour"),
+    ],
+)
+@pytest.mark.parametrize("value", ["inf", "nan"])
+def test_non_finite_flags_are_refused(flag: str, key: str, value: str) -> None:
+    _assert_one_line_error([*BASE, flag, value], f"{key}: Input should be")
+
+
+def test_non_finite_scenario_values_are_refused(tmp_path: Path) -> None:
+    f = tmp_path / "s.yaml"
+    f.write_text(
+        "gpus: 8\nutilization_pct: 50\nutilization_basis: measured\nlongest_run_hours: .inf\n"
+    )
+    _assert_one_line_error(["--scenario", str(f)], "longest_run_hours: Input should be a finite")
+
+
+def test_json_output_is_strict_json() -> None:
+    result = runner.invoke(app, [*BASE, "--format", "json"])
+
+    def refuse(token: str) -> None:
+        raise AssertionError(f"non-finite {token} in JSON output")
+
+    json.loads(result.stdout, parse_constant=refuse)
+
+
+def test_fast_core_sizing_equals_the_hour_by_hour_sum() -> None:
+    """size_core (prefix sums) against cost_of_core (the plain per-hour loop) for each size."""
+    import random
+
+    from infra.tco.demand import CoreCosts, cost_of_core, size_core
+
+    rng = random.Random(12)
+    costs = CoreCosts(8, 10.0, 3.0, 0.3, 60.0)
+    for _ in range(30):
+        demand = [
+            rng.choice([0.0, 0.5, 8.0, 8.000000001, 16.0, rng.uniform(0, 100)])
+            for _ in range(rng.randint(1, 150))
+        ]
+        for option in size_core(demand, costs).options:
+            slow = cost_of_core(demand, option.nodes, costs)
+            assert option.owned_usd == pytest.approx(slow.owned_usd, rel=1e-9, abs=1e-9)
+            assert option.burst_usd == pytest.approx(slow.burst_usd, rel=1e-9, abs=1e-9)
+            assert option.core_busy_gpu_hours == pytest.approx(slow.core_busy_gpu_hours, abs=1e-6)
+            assert option.burst_gpu_hours == pytest.approx(slow.burst_gpu_hours, abs=1e-6)

@@ -37,7 +37,13 @@ def test_fleet_utilization_file_is_measured_demand() -> None:
         ("timestamp,gpus\n", "no rows"),
         ("time,count\n2026-01-01T00:00Z,1\n", "header"),
         ("timestamp,gpus\nyesterday,8\n", "line 2: timestamp"),
-        ("timestamp,gpus\n2026-01-01T00:00Z,-8\n", "must be >= 0"),
+        ("timestamp,gpus\n2026-01-01T00:00Z,-8\n", "must be between 0 and 100000"),
+        ("timestamp,gpus\n2026-01-01T00:00Z,1e9\n", "must be between 0 and 100000"),
+        ("timestamp,gpus\n2026-01-01T00:00Z,inf\n", "must be between 0 and 100000"),
+        (
+            "timestamp,gpus\n2016-01-01T00:00Z,8\n2026-06-01T00:00Z,8\n",
+            "at most 87,840 \\(ten years\\)",
+        ),
         ("timestamp,gpus\n2026-01-01T00:00Z,eight\n", "not a number"),
         ("timestamp,gpus\n2026-01-01T00:00Z,8,9\n", "expected 2 columns"),
         (
