@@ -45,9 +45,9 @@ from guardrails.cli import configure_logging
 from guardrails.clock import FakeClock
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.emulator import MotoProcess, fake_session, launch
+from sandbox.emulator import MotoProcess, fake_session, launch
 from guardrails.state import State
-from infra.telemetry import UTILIZATION_METRICS
+from common.telemetry import UTILIZATION_METRICS
 
 WINDOW_MIN = 30
 GPU = UTILIZATION_METRICS["nvidia"]

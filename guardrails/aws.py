@@ -17,7 +17,7 @@ from botocore.config import Config
 from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
 from guardrails.model import DeviceSeries, Market, Node, Series
-from infra.catalog import Catalog
+from common.catalog import Catalog
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
 MAX_DATAPOINTS_PER_CALL = 100_800

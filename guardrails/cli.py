@@ -3,7 +3,7 @@
 $ python -m guardrails check-config guardrails/examples/guardrails.yaml
 $ python -m guardrails once --config guardrails/examples/guardrails.yaml
 $ python -m guardrails explain i-0123456789abcdef0 --config guardrails.yaml
-$ python -m guardrails demo
+$ coreburst guardrails demo   (the sandbox demo; dev setup)
 """
 
 from __future__ import annotations
@@ -481,7 +481,7 @@ def org_scan(
     from guardrails.aws import Aws, fetch_utilization, inventory
     from guardrails.daemon import expected_series, idle_params
     from guardrails.idle import assess_utilization
-    from infra.catalog import CatalogError, load_catalog
+    from common.catalog import CatalogError, load_catalog
 
     configure_logging("warning")
     cfg = _load(config)
@@ -563,15 +563,6 @@ def org_scan(
         Console(width=200).print(t)
     if any(row["error"] for row in rows):
         raise typer.Exit(1)
-
-
-def _register_demo() -> None:
-    from guardrails.demo import demo
-
-    app.command("demo")(demo)
-
-
-_register_demo()
 
 
 def main() -> None:

@@ -58,9 +58,9 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from infra.catalog import load_catalog
-from infra.telemetry import UTILIZATION_METRICS, AcceleratorKind
-from infra.textio import read_text
+from common.catalog import load_catalog
+from common.telemetry import UTILIZATION_METRICS, AcceleratorKind
+from common.textio import read_text
 
 # -- secrets never reach a message ----------------------------------------------------------
 REDACTED = "<redacted>"

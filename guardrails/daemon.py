@@ -41,7 +41,7 @@ from guardrails.slack import ELLIPSIS, Alert, Outbox, clip
 from guardrails.spend import accrue, crossed, day_start, lustre_usd_per_hour, month_start, project
 from guardrails.state import iso, parse_iso
 from guardrails.store import StateStore
-from infra.catalog import Catalog, CatalogError, load_catalog
+from common.catalog import Catalog, CatalogError, load_catalog
 
 PAUSE_ENV = testhooks.PAUSE_ENV  # read only with COREBURST_TEST_HOOKS=1
 

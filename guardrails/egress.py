@@ -1,7 +1,7 @@
 """Egress projection and spike detection (pure; prices come from the catalog object passed in).
 
     >>> from datetime import timedelta
-    >>> from infra.catalog import load_catalog
+    >>> from common.catalog import load_catalog
     >>> e = project_egress({"i-1": 10 * 2**30}, {}, timedelta(hours=1), 0.0, load_catalog())
     >>> round(e.projected_day_gb)
     240
@@ -16,7 +16,7 @@ import statistics
 from dataclasses import dataclass
 from datetime import timedelta
 
-from infra.catalog import Catalog
+from common.catalog import Catalog
 
 GB = 2**30
 

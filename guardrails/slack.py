@@ -27,7 +27,7 @@ from guardrails.clock import Clock
 from guardrails.config import ConfigError, SlackConfig
 from guardrails.metrics import Metrics
 from guardrails.store import StateStore
-from infra.textio import read_text
+from common.textio import read_text
 
 WEBHOOK_ENV = "COREBURST_SLACK_WEBHOOK_URL"
 

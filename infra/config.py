@@ -34,7 +34,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from infra.catalog import Catalog, load_catalog
+from common.catalog import Catalog, load_catalog
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)

@@ -1,6 +1,6 @@
 """Deploy-time cost estimate of a stack, from its config and the catalog (pure).
 
->>> from infra.catalog import load_catalog
+>>> from common.catalog import load_catalog
 >>> lines = estimate_stack(cfg, load_catalog())          # doctest: +SKIP
 >>> round(sum(l.monthly_usd for l in lines))               # doctest: +SKIP
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from infra.catalog import Catalog
+from common.catalog import Catalog
 from infra.config import StackConfig
 
 # Interface endpoints the network creates when asked: SSM (3), CloudWatch metrics and logs.

@@ -24,21 +24,21 @@ import tomllib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from infra.textio import read_text
+from common.textio import read_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DEST = REPO_ROOT / "build" / "lambda"
 # Lambda's python3.11 runtime runs on Amazon Linux 2 (glibc 2.26): manylinux2014 wheels load.
 PLATFORM = "manylinux2014_x86_64"
 PYTHON_VERSION = "3.11"
-# What the daemon imports from infra (see guardrails/*: infra.catalog, infra.telemetry,
-# infra.textio).
+# What the daemon imports from infra (see guardrails/*: common.catalog, common.telemetry,
+# common.textio).
 INFRA_FILES = (
-    "infra/__init__.py",
-    "infra/catalog.py",
-    "infra/telemetry.py",
-    "infra/textio.py",
-    "infra/data/catalog.yaml",
+    "common/__init__.py",
+    "common/catalog.py",
+    "common/telemetry.py",
+    "common/textio.py",
+    "common/data/catalog.yaml",
 )
 
 Installer = Callable[[Sequence[str], Path], None]

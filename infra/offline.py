@@ -18,10 +18,10 @@ from typing import Any
 import pulumi
 import yaml
 
-from infra.catalog import load_catalog
+from common.catalog import load_catalog
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.program import build, read_stack_config
-from infra.textio import read_text
+from common.textio import read_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "coreburst"

@@ -1,6 +1,6 @@
 """Node bootstrap script (pure): start accelerator telemetry and mount Lustre.
 
-The idle-GPU guardrail reads exactly the series configured here (see ``infra.telemetry``); a
+The idle-GPU guardrail reads exactly the series configured here (see ``common.telemetry``); a
 node that boots without them shows up as *blind*, never as idle.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import shlex
 
-from infra.telemetry import UTILIZATION_METRICS, AcceleratorKind, cloudwatch_agent_config
+from common.telemetry import UTILIZATION_METRICS, AcceleratorKind, cloudwatch_agent_config
 
 # Relays neuron-monitor's JSON stream to CloudWatch with the dimension set the guardrails query.
 _NEURON_RELAY = """\

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from pulumi_policy import PolicyResource
 
-from infra.catalog import Catalog, CatalogError
+from common.catalog import Catalog, CatalogError
 from infra.cost import CostLine
 from policies.common import (
     ASG,

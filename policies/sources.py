@@ -20,7 +20,7 @@ from typing import Annotated, Any, Protocol
 from pulumi_policy import PolicyProviderResource, PolicyResource
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
-from infra.textio import read_text
+from common.textio import read_text
 from policies.runner import default_options
 
 DELETE_OPS = frozenset({"delete", "delete-replaced", "discard", "discard-replaced"})

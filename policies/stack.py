@@ -11,7 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from infra.catalog import CatalogError, load_catalog
+from common.catalog import CatalogError, load_catalog
 from policies.common import (
     ASG,
     INSTANCE,

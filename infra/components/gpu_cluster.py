@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from infra.catalog import Catalog
+from common.catalog import Catalog
 from infra.components import TOKEN_PREFIX
 from infra.config import Cluster
 from infra.efa import efa_layout

@@ -1,7 +1,7 @@
 """Every file coreburst reads, fed bytes that are not UTF-8, through the real CLI command.
 
 The rule (issue 12): a user error ends in ONE line naming the file, what is wrong and how to
-fix it, exit status 2, nothing written, never a traceback. Before :mod:`infra.textio`, each of
+fix it, exit status 2, nothing written, never a traceback. Before :mod:`common.textio`, each of
 these raised UnicodeDecodeError. ``test_no_reader_bypasses_textio`` keeps new readers honest.
 
 UTF-8 itself: RFC 3629 (0xE9 alone, Latin-1's "é", is not a valid UTF-8 sequence); Python's
@@ -20,13 +20,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import infra.plan
-from infra.catalog import CatalogError, load_catalog
-from infra.cli import app
+import coreburst.plan
+from common.catalog import CatalogError, load_catalog
+from coreburst.cli import app
 from infra.lambda_package import LambdaPackageError, lambda_requirements
 from infra.offline import evaluate_stack
-from infra.tco.model import TcoError, load_defaults
-from infra.textio import TextFileError, read_text
+from tco.model import TcoError, load_defaults
+from common.textio import TextFileError, read_text
 
 ROOT = Path(__file__).resolve().parents[2]
 PREVIEW = ROOT / "tests" / "fixtures" / "preview" / "dev.json"
@@ -121,7 +121,7 @@ def test_non_utf8_input_is_one_line_exit_2(
         monkeypatch.delenv(var, raising=False)
     # Stack files live in the project directory: point the CLI's evaluation at tmp_path.
     monkeypatch.setattr(
-        infra.plan, "evaluate_stack", functools.partial(evaluate_stack, root=tmp_path)
+        coreburst.plan, "evaluate_stack", functools.partial(evaluate_stack, root=tmp_path)
     )
     if case.name == "Slack webhook file":
         (tmp_path / "guardrails.yaml").write_text(
@@ -182,7 +182,7 @@ def test_data_file_readers_use_the_helper_too(
     assert str(exc.value) == f"{bad}: not UTF-8 at byte 5 (line 1); save the {what} as UTF-8"
 
 
-# -- meta-test: no file reader bypasses infra.textio ---------------------------------------------
+# -- meta-test: no file reader bypasses common.textio ---------------------------------------------
 # Reads that need no decoding check: kernel-provided ASCII.
 ALLOWED = {("guardrails/daemon.py", "/proc/sys/kernel/random/boot_id")}
 WRITE_MODES = set("wax")
@@ -252,15 +252,15 @@ def test_the_scanner_finds_readers() -> None:
 
 def test_no_reader_bypasses_textio() -> None:
     offenders = []
-    for pkg in ("infra", "guardrails", "policies"):
+    for pkg in ("coreburst", "common", "infra", "guardrails", "policies", "onprem", "tco"):
         for path in sorted((ROOT / pkg).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel == "infra/textio.py":
+            if rel == "common/textio.py":
                 continue
             for line, call in file_reads(path.read_text(encoding="utf-8")):
                 if not any(rel == f and marker in call for f, marker in ALLOWED):
                     offenders.append(f"{rel}:{line}: {call}")
     assert not offenders, (
-        "read files with infra.textio.read_text (one-line error on bad bytes):\n"
+        "read files with common.textio.read_text (one-line error on bad bytes):\n"
         + "\n".join(offenders)
     )

@@ -14,9 +14,9 @@ from guardrails.aws import Aws
 from guardrails.clock import FakeClock
 from guardrails.config import GuardrailsConfig, parse_config
 from guardrails.daemon import Daemon
-from guardrails.emulator import MotoProcess, WebhookReceiver, fake_session
+from sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
 from guardrails.state import State
-from infra.telemetry import UTILIZATION_METRICS
+from common.telemetry import UTILIZATION_METRICS
 
 METRICS = {
     k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()

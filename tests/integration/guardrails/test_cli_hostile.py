@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrails.emulator import MotoProcess, WebhookReceiver, free_port
+from sandbox.emulator import MotoProcess, WebhookReceiver, free_port
 from guardrails.state import State
 
 from .conftest import config_text

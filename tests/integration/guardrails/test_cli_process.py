@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from guardrails.emulator import (
+from sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from guardrails.emulator import (
+from sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,

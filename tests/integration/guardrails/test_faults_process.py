@@ -17,7 +17,7 @@ from typing import IO
 
 import pytest
 
-from guardrails.emulator import (
+from sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,

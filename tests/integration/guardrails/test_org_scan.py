@@ -15,7 +15,7 @@ from moto.server import ThreadedMotoServer
 
 from guardrails.aws import inventory
 from guardrails.org import AccountTarget, assume_role_session, discover_accounts, scan
-from infra.catalog import load_catalog
+from common.catalog import load_catalog
 
 pytestmark = pytest.mark.integration
 

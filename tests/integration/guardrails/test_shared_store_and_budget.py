@@ -21,7 +21,7 @@ import pytest
 
 from guardrails.budget_relay import relay_budget_notices
 from guardrails.clock import FakeClock
-from guardrails.emulator import FleetNode, WebhookReceiver, launch, publish
+from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 from guardrails.state_dynamo import DynamoState, create_table
 
 from .conftest import METRICS

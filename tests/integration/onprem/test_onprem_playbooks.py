@@ -17,9 +17,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from infra.onprem.cli import app
-from infra.onprem.fleet import Fleet, write_inventory
-from infra.onprem.runner import run_playbook
+from onprem.cli import app
+from onprem.fleet import Fleet, write_inventory
+from onprem.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 

@@ -15,7 +15,7 @@ from guardrails.config import ConfigError, SlackConfig, parse_config
 from guardrails.rules import REGISTRY, iam_actions
 from guardrails.slack import Alert, Outbox
 from guardrails.state import State
-from infra.telemetry import UTILIZATION_METRICS
+from common.telemetry import UTILIZATION_METRICS
 
 EXAMPLE = Path(__file__).parents[3] / "guardrails" / "examples" / "guardrails.yaml"
 

@@ -25,8 +25,8 @@ from moto import mock_aws
 from guardrails import fastpath
 from guardrails.aws import Aws, SeriesRef, get_metric_data, inventory
 from guardrails.config import AwsConfig
-from guardrails.emulator import fake_session, launch
-from infra.catalog import load_catalog
+from sandbox.emulator import fake_session, launch
+from common.catalog import load_catalog
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "aws" / "describe_instances_p5.xml"
 

@@ -3,7 +3,7 @@ hanging or slow Slack, fractional timeouts and a clock that ran ahead — each o
 stores (SQLite, and DynamoDB on moto in-process: ``open_store`` in tests/unit/conftest.py).
 
 Slack is reached through slack_sdk's real ``WebhookClient`` over loopback where timing
-matters: against the emulator's receiver (``guardrails.emulator.WebhookReceiver``, which
+matters: against the emulator's receiver (``sandbox.emulator.WebhookReceiver``, which
 answers as an incoming webhook does, https://api.slack.com/messaging/webhooks), and against
 servers made up here that accept and never answer, or answer slowly.
 """
@@ -32,7 +32,7 @@ from guardrails.aws import Aws
 from guardrails.clock import FakeClock
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon, dead_local_holder, leader_id
-from guardrails.emulator import WebhookReceiver
+from sandbox.emulator import WebhookReceiver
 from guardrails.slack import CLAIM_MARGIN_S, Alert, Outbox
 from guardrails.state import State
 from guardrails.store import StateStore

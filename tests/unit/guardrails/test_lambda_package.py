@@ -73,7 +73,7 @@ def test_every_import_of_the_handler_is_packaged() -> None:
         for m in out
         if m not in sys.stdlib_module_names
         and not m.startswith("_")
-        and m not in {"guardrails", "infra", *PROVIDED, *OPTIONAL}
+        and m not in {"guardrails", "common", *PROVIDED, *OPTIONAL}
     }
     packaged = {_name(r) for r in lambda_requirements()}
     missing = sorted(m for m in third_party if _name(DIST.get(m, m)) not in packaged)

@@ -29,7 +29,7 @@ from guardrails.cli import app
 from guardrails.clock import FakeClock
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.emulator import launch
+from sandbox.emulator import launch
 from guardrails.rules import REGISTRY
 from guardrails.state import State
 from infra.offline import evaluate_config, load_stack_yaml

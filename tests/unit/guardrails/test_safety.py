@@ -22,7 +22,7 @@ from guardrails.aws import Aws
 from guardrails.clock import FakeClock
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon
-from guardrails.emulator import launch
+from sandbox.emulator import launch
 from guardrails.slack import Alert, Outbox
 from guardrails.store import StateStore
 

@@ -9,10 +9,10 @@ from moto import mock_aws
 
 from guardrails.aws import Aws, SeriesCache, fetch_utilization, inventory
 from guardrails.config import AwsConfig, IdleConfig
-from guardrails.emulator import FleetNode, fake_session, launch, publish
+from sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails.idle import IdleParams, assess_utilization
-from infra.catalog import load_catalog
-from infra.telemetry import UTILIZATION_METRICS
+from common.catalog import load_catalog
+from common.telemetry import UTILIZATION_METRICS
 
 DEFS = {k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()}
 

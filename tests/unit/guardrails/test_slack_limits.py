@@ -31,11 +31,11 @@ from guardrails.budget_relay import relay_budget_notices
 from guardrails.clock import FakeClock
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon
-from guardrails.emulator import FleetNode, WebhookReceiver, launch, publish
+from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 from guardrails.metrics import Metrics
 from guardrails.slack import Alert, Outbox, clip, fit_lines
 from guardrails.state import State
-from infra.telemetry import UTILIZATION_METRICS
+from common.telemetry import UTILIZATION_METRICS
 
 BLOCK_KIT = "https://api.slack.com/reference/block-kit/blocks"
 METRIC_DEFS = {

@@ -8,7 +8,7 @@ import pytest
 
 from guardrails.egress import GB, project_egress, spike
 from guardrails.spend import accrue, crossed, lustre_usd_per_hour, project
-from infra.catalog import load_catalog
+from common.catalog import load_catalog
 
 
 def test_projection_mid_month() -> None:

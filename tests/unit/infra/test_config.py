@@ -108,7 +108,7 @@ def test_cluster_az_differs_from_reservation_az(prod_config: dict[str, Any]) -> 
 
 
 def test_efa_on_a_type_without_efa(dev_config: dict[str, Any], monkeypatch: Any) -> None:
-    from infra.catalog import IntFigure, load_catalog
+    from common.catalog import IntFigure, load_catalog
 
     cat = load_catalog()
     p4d = cat.instances["p4d.24xlarge"]

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from infra.catalog import load_catalog
-from infra.cli import app
+from common.catalog import load_catalog
+from coreburst.cli import app
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "preview"
 CAT = load_catalog()

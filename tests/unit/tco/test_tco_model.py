@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from infra.catalog import load_catalog
-from infra.tco.demand import parse_demand_csv
-from infra.tco.model import Scenario, analyse
-from infra.tco.rules import rule_of_thumb
+from common.catalog import load_catalog
+from tco.demand import parse_demand_csv
+from tco.model import Scenario, analyse
+from tco.rules import rule_of_thumb
 
 H = 730  # hours per month, as the catalog states (asserted below)
 

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Literal
 
-from infra.textio import read_text
+from common.textio import read_text
 
 # Bounds on a demand file, so a typo fails in one line instead of running for minutes or out of
 # memory: GPUs wanted in one hour (the same bound as a scenario's ``gpus``), data rows in one

@@ -239,7 +239,7 @@ def publish(
     """PutMetricData one datapoint per minute per device in [start, end), plus NetworkOut.
 
     ``metric_defs`` maps kind -> (namespace, metric name, device dimension); pass the values
-    from ``infra.telemetry`` so publisher and daemon share one definition.
+    from ``common.telemetry`` so publisher and daemon share one definition.
     """
     spike = spike or {}
     batches: dict[tuple[str, str], list[dict[str, Any]]] = {}

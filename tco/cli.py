@@ -1,6 +1,6 @@
 """``coreburst tco``: build-vs-rent advice from flags or a YAML scenario.
 
-    $ coreburst tco --scenario infra/tco/examples/team8_85pct.yaml --plot tco.png
+    $ coreburst tco --scenario tco/examples/team8_85pct.yaml --plot tco.png
     $ coreburst tco --gpus 8 --utilization 25 --utilization-basis measured --format json
     $ coreburst tco --demand history.csv --utilization-basis allocated --burst-market spot
 
@@ -20,10 +20,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from infra.catalog import CatalogError
-from infra.tco.demand import DemandError, load_demand
-from infra.tco.model import Scenario, TcoError, TcoResult, analyse, one_line
-from infra.textio import read_text
+from common.catalog import CatalogError
+from tco.demand import DemandError, load_demand
+from tco.model import Scenario, TcoError, TcoResult, analyse, one_line
+from common.textio import read_text
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -245,7 +245,7 @@ def tco(
         history = load_demand(s.demand_file) if s.demand_file is not None else None
         result = analyse(s, history)
         if plot is not None:
-            from infra.tco.plot import render_plot
+            from tco.plot import render_plot
 
             try:
                 render_plot(result, plot)

@@ -23,9 +23,9 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn
 from rich.table import Table
 
-from infra.onprem.fleet import FleetError, inventory_names, load_yaml_mapping
+from onprem.fleet import FleetError, inventory_names, load_yaml_mapping
 
-ANSIBLE_DIR = Path(__file__).resolve().parents[2] / "ansible"
+ANSIBLE_DIR = Path(__file__).resolve().parents[1] / "ansible"
 PLAYBOOKS: dict[str, str] = {"apply": "site.yml", "validate": "validate.yml"}
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2

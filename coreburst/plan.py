@@ -24,11 +24,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from infra.catalog import CatalogError, load_catalog
+from common.catalog import CatalogError, load_catalog
 from infra.config import StackConfigError
 from infra.cost import CostLine
 from infra.offline import REPO_ROOT, evaluate_stack
-from infra.textio import read_text
+from common.textio import read_text
 from policies.pack import all_policies
 from policies.pricing import price_resources, stack_region
 from policies.runner import PolicyError, Violation, run_policies

@@ -19,7 +19,7 @@ from guardrails.aws import Aws
 from guardrails.clock import FakeClock
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.emulator import (
+from sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,
@@ -31,7 +31,7 @@ from guardrails.emulator import (
 )
 from guardrails.spend import day_start, month_start
 from guardrails.state import State
-from infra.telemetry import UTILIZATION_METRICS
+from common.telemetry import UTILIZATION_METRICS
 
 STEP = timedelta(minutes=10)
 

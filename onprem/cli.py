@@ -18,8 +18,8 @@ import typer
 import yaml
 from rich.console import Console
 
-from infra.onprem.fleet import FleetError, load_fleet, render_inventory, write_inventory
-from infra.onprem.runner import EXIT_BAD_INPUT, Kind, RunOutcome, run_playbook, summary_table
+from onprem.fleet import FleetError, load_fleet, render_inventory, write_inventory
+from onprem.runner import EXIT_BAD_INPUT, Kind, RunOutcome, run_playbook, summary_table
 
 app = typer.Typer(
     add_completion=False,

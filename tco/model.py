@@ -1,7 +1,7 @@
 """Build-vs-rent cost model (pure): typed scenario in, priced options and a recommendation out.
 
-Every AWS figure comes from the catalog (``infra/data/catalog.yaml``); on-prem figures and
-commitment discounts come from ``infra/tco/data/onprem_defaults.yaml`` unless the scenario
+Every AWS figure comes from the catalog (``common/data/catalog.yaml``); on-prem figures and
+commitment discounts come from ``tco/data/onprem_defaults.yaml`` unless the scenario
 gives its own. Conventions, stated once:
 
 * A month is ``catalog.hours_per_month`` hours. Renting bills whole nodes for the hours they run;
@@ -29,10 +29,10 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from infra.catalog import Catalog, CatalogError, Figure, load_catalog
-from infra.tco.demand import CoreCosts, DemandHistory, size_core
-from infra.tco.rules import RuleAdvice, Verdict, rule_of_thumb
-from infra.textio import read_text
+from common.catalog import Catalog, CatalogError, Figure, load_catalog
+from tco.demand import CoreCosts, DemandHistory, size_core
+from tco.rules import RuleAdvice, Verdict, rule_of_thumb
+from common.textio import read_text
 
 DEFAULTS_PATH = Path(__file__).parent / "data" / "onprem_defaults.yaml"
 # Demand whose hourly coefficient of variation is at or below this counts as "steady".

@@ -14,7 +14,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from infra.tco.model import TcoResult
+from tco.model import TcoResult
 
 WIDTH_PX, HEIGHT_PX, DPI = 1200, 500, 100
 

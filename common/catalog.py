@@ -1,9 +1,9 @@
-"""The catalog: instance facts and prices, loaded from ``infra/data/catalog.yaml``.
+"""The catalog: instance facts and prices, loaded from ``common/data/catalog.yaml``.
 
 Every number the project uses (infra estimates, policies, guardrail burn rates, the TCO
 advisor) comes from here, so a price change is one edit in one data file.
 
-    >>> from infra.catalog import load_catalog
+    >>> from common.catalog import load_catalog
     >>> cat = load_catalog()
     >>> cat.instance("p5.48xlarge").efa_interfaces.value
     32
@@ -21,7 +21,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from infra.textio import read_text
+from common.textio import read_text
 
 CATALOG_PATH = Path(__file__).parent / "data" / "catalog.yaml"
 

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from infra.textio import read_text
+from common.textio import read_text
 
 GroupName = Literal["dgx_nodes", "subnet_managers", "slurm_controller"]
 GROUPS: tuple[str, ...] = ("dgx_nodes", "subnet_managers", "slurm_controller")

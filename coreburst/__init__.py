@@ -1,0 +1,1 @@
+"""The `coreburst` command: one entry point that loads each product only when it is used."""

@@ -1,0 +1,123 @@
+"""The ``coreburst`` command: one entry point over the products, each loaded only when used.
+
+$ coreburst plan --stack dev
+$ coreburst tco --scenario tco/examples/team8_85pct.yaml --plot tco.png
+$ coreburst guardrails once --config guardrails.yaml
+$ coreburst onprem validate --inventory fleet.yaml
+
+``coreburst guardrails --help`` imports the guardrails CLI and nothing of Pulumi, Ansible or
+matplotlib (tests/unit/test_architecture.py measures it): a command's module is imported when
+that command runs or shows its own help, never to list the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import typer
+import typer.main
+from typer import _click
+from typer.core import TyperCommand, TyperGroup
+
+# command -> (module, attribute, one-line help). The attribute is a Typer app (a group) or a
+# function (one command). The help here is what `coreburst --help` lists without importing.
+PRODUCTS: dict[str, tuple[str, str, str]] = {
+    "plan": ("coreburst.plan", "plan", "Monthly cost and policy verdicts for a stack, offline."),
+    "tco": ("tco.cli", "tco", "Own, rent or both: total cost of ownership for a GPU fleet."),
+    "guardrails": (
+        "guardrails.cli",
+        "app",
+        "Spend limits, idle-GPU reclaim and egress alerts.",
+    ),
+    "onprem": ("onprem.cli", "app", "Configure and validate on-prem DGX nodes."),
+}
+# Commands added to a product's group from elsewhere: the demo lives in the sandbox (dev setup),
+# not in the guardrails package that ships.
+EXTRAS: dict[str, dict[str, tuple[str, str, str]]] = {
+    "guardrails": {
+        "demo": (
+            "sandbox.demo",
+            "demo",
+            "Run the daemon against a local AWS emulator and Slack receiver (dev setup).",
+        ),
+    },
+}
+
+
+def _load(name: str, module: str, attr: str) -> _click.Command:
+    try:
+        obj: Any = getattr(importlib.import_module(module), attr)
+    except ModuleNotFoundError as exc:
+        raise _click.exceptions.UsageError(
+            f"`{name}` needs the module {exc.name!r}, which is not installed here; "
+            "`make setup` installs every part"
+        ) from None
+    if isinstance(obj, typer.Typer):
+        cmd = typer.main.get_command(obj)
+    else:
+        single = typer.Typer(add_completion=False)
+        single.command(name)(obj)
+        cmd = typer.main.get_command(single)
+    cmd.name = name
+    return cmd
+
+
+class LazyGroup(TyperGroup):
+    """A group whose subcommands are imported when one runs; its help lists them from a table."""
+
+    def __init__(self, *, lazy: dict[str, tuple[str, str, str]] | None = None, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.lazy = PRODUCTS if lazy is None else lazy
+
+    def list_commands(self, ctx: _click.Context) -> list[str]:
+        return sorted(set(self.commands) | set(self.lazy))
+
+    def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
+        if cmd_name in self.commands:
+            return self.commands[cmd_name]
+        if cmd_name in self.lazy:  # listed in help: a stand-in that carries the short help
+            return TyperCommand(name=cmd_name, help=self.lazy[cmd_name][2])
+        return None
+
+    def resolve_command(
+        self, ctx: _click.Context, args: list[str]
+    ) -> tuple[str | None, _click.Command | None, list[str]]:
+        if args and args[0] in self.lazy and args[0] not in self.commands:
+            self.commands[args[0]] = self._load(args[0])
+        return super().resolve_command(ctx, args)
+
+    def _load(self, name: str) -> _click.Command:
+        module, attr, _ = self.lazy[name]
+        cmd = _load(name, module, attr)
+        extras = EXTRAS.get(name)
+        if extras and isinstance(cmd, TyperGroup):
+            cmd = LazyGroup(
+                lazy=extras,
+                name=name,
+                commands=cmd.commands,
+                help=cmd.help,
+                params=cmd.params,
+                callback=cmd.callback,
+                no_args_is_help=cmd.no_args_is_help,
+                rich_markup_mode=cmd.rich_markup_mode,
+                context_settings=cmd.context_settings,
+            )
+        return cmd
+
+
+app = typer.Typer(
+    cls=LazyGroup,
+    add_completion=False,
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+@app.callback()
+def _root() -> None:
+    """coreburst: provisioning, policies and cost guardrails for hybrid GPU fleets."""
+
+
+def main() -> None:
+    app(prog_name="coreburst")
