@@ -25,10 +25,10 @@ from rich.console import Console
 from rich.table import Table
 
 from common.catalog import CatalogError, load_catalog
-from infra.config import StackConfigError
-from infra.cost import CostLine
-from infra.offline import REPO_ROOT, evaluate_stack
+from common.pricing import CostLine
 from common.textio import read_text
+from infra.config import StackConfigError
+from infra.offline import REPO_ROOT, evaluate_stack
 from policies.pack import all_policies
 from policies.pricing import price_resources, stack_region
 from policies.runner import PolicyError, Violation, run_policies
@@ -134,6 +134,8 @@ def to_json(report: Report) -> dict[str, Any]:
                 "detail": x.detail,
                 "hourlyUsd": round(x.hourly_usd, 4),
                 "monthlyUsd": round(x.monthly_usd, 2),
+                # The catalog figures the line used: source key and date (common/data/catalog.yaml).
+                "priceSource": x.source,
             }
             for x in report.lines
         ],

@@ -1,4 +1,10 @@
-"""Deploy-time cost estimate of a stack, from its config and the catalog (pure).
+"""Deploy-time cost estimate of a stack from its config: the config adapter of
+:mod:`common.pricing` (pure).
+
+Each line is named after the resource the program declares for it (``<cluster>-asg``,
+``lustre-fs``, ``net-nat-<az>``...), so these lines and the ones :mod:`policies.pricing` reads
+off the resources line up one to one; ``tests/unit/test_pricing_agreement.py`` checks that
+they agree to the cent.
 
 >>> from common.catalog import load_catalog
 >>> lines = estimate_stack(cfg, load_catalog())          # doctest: +SKIP
@@ -7,108 +13,81 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from common import pricing
 from common.catalog import Catalog
+from common.pricing import CostLine, totals
 from infra.config import StackConfig
 
 # Interface endpoints the network creates when asked: SSM (3), CloudWatch metrics and logs.
 INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs")
 
+# Component names infra/program.py gives; resource names below follow each component's scheme.
+NETWORK, LUSTRE, LINK, GUARDRAILS = "net", "lustre", "link", "guardrails"
 
-@dataclass(frozen=True)
-class CostLine:
-    """One priced item. ``hourly_usd`` is the running rate; ``monthly_usd`` adds fixed costs."""
 
-    category: str  # compute | storage | network | link
-    item: str
-    detail: str
-    hourly_usd: float
-    monthly_usd: float
+def connection_key(location: str) -> str:
+    """The key HybridLink names a connection by (``_slug`` there; kept here so this module
+    stays free of pulumi imports; the agreement test catches a drift)."""
+    return "".join(ch if ch.isalnum() else "-" for ch in location.lower()).strip("-")
 
 
 def estimate_stack(
     cfg: StackConfig, catalog: Catalog, nat_gb_per_month: float = 0.0
 ) -> list[CostLine]:
-    """Price every cost-bearing resource the stack declares, at full size, for one month."""
-    hours = catalog.hours_per_month
+    """Price every cost-bearing resource the stack declares, at its configured size, for one
+    month (``catalog.hours_per_month`` hours). Raises CatalogError for a missing figure."""
     lines: list[CostLine] = []
     for c in cfg.clusters:
-        rate = catalog.hourly_price(c.instance_type, cfg.region, c.capacity.model)
-        per_h = rate * c.nodes
+        asg = f"{c.name}-asg"
+        # The ASG's desired capacity is `nodes` (GpuCluster): what runs and is billed.
         lines.append(
-            CostLine(
-                "compute",
-                f"cluster/{c.name}",
-                f"{c.nodes} x {c.instance_type} {c.capacity.model} @ ${rate:,.3f}/h",
-                per_h,
-                per_h * hours,
+            pricing.instance_hours(
+                catalog,
+                asg,
+                instance_type=c.instance_type,
+                region=cfg.region,
+                market=c.capacity.model,
+                nodes=c.nodes,
             )
         )
-        ebs = c.root_volume_gib * c.nodes * catalog.ebs_gp3_usd_per_gb_month.value
-        lines.append(
-            CostLine(
-                "storage",
-                f"cluster/{c.name}/root-volumes",
-                f"{c.nodes} x {c.root_volume_gib} GiB gp3",
-                ebs / hours,
-                ebs,
-            )
-        )
+        if c.nodes:
+            lines.append(pricing.ebs_volumes(catalog, f"{asg}/volumes", c.root_volume_gib, c.nodes))
     if cfg.lustre:
         lu = cfg.lustre
-        rate = catalog.lustre_price(lu.deployment_type, lu.per_unit_storage_throughput)
-        monthly = lu.storage_capacity_gib * rate
-        tput = (
-            f" {lu.per_unit_storage_throughput} MB/s/TiB" if lu.per_unit_storage_throughput else ""
-        )
         lines.append(
-            CostLine(
-                "storage",
-                "lustre",
-                f"{lu.storage_capacity_gib} GiB {lu.deployment_type}{tput} @ ${rate}/GB-month",
-                monthly / hours,
-                monthly,
+            pricing.lustre(
+                catalog,
+                f"{LUSTRE}-fs",
+                lu.storage_capacity_gib,
+                deployment_type=lu.deployment_type,
+                throughput=lu.per_unit_storage_throughput,
+                storage_type="SSD",  # what the Lustre component declares
             )
         )
+    az = cfg.availability_zone
     if cfg.vpc.nat_gateway:
-        nat = catalog.nat_gateway
-        per_h = nat.usd_per_hour.value
-        lines.append(
-            CostLine(
-                "network",
-                "nat-gateway",
-                f"1 NAT gateway, {nat_gb_per_month:,.0f} GB processed",
-                per_h,
-                per_h * hours + nat_gb_per_month * nat.usd_per_gb.value,
-            )
-        )
+        lines.append(pricing.nat_gateway(catalog, f"{NETWORK}-nat-{az}", nat_gb_per_month))
+        lines.append(pricing.public_ipv4(catalog, f"{NETWORK}-nat-eip-{az}"))
     if cfg.vpc.interface_endpoints:
-        per_h = catalog.vpc_interface_endpoint_usd_per_hour.value * len(INTERFACE_ENDPOINT_SERVICES)
-        lines.append(
-            CostLine(
-                "network",
-                "interface-endpoints",
-                f"{len(INTERFACE_ENDPOINT_SERVICES)} endpoints x 1 AZ",
-                per_h,
-                per_h * hours,
-            )
-        )
+        # Each endpoint has one network interface, in the one private subnet (one AZ).
+        for service in INTERFACE_ENDPOINT_SERVICES:
+            lines.append(pricing.interface_endpoint(catalog, f"{NETWORK}-{service}", azs=1))
     if cfg.hybrid_link:
-        for conn in cfg.hybrid_link.connections:
-            per_h = catalog.dx_port_price(conn.bandwidth)
+        link = cfg.hybrid_link
+        for conn in link.connections:
+            item = f"{LINK}-dx-{connection_key(conn.location)}"
+            lines.append(pricing.dx_port(catalog, item, conn.bandwidth))
+        if link.vif_type == "transit":
+            # Two attachments to the transit gateway: the VPC and the Direct Connect gateway.
+            lines.append(pricing.transit_gateway_attachment(catalog, f"{LINK}-tgw-vpc", "VPC"))
             lines.append(
-                CostLine(
-                    "link",
-                    f"direct-connect/{conn.location}",
-                    f"{conn.bandwidth} dedicated port",
-                    per_h,
-                    per_h * hours,
+                pricing.transit_gateway_attachment(
+                    catalog, f"{LINK}-dxgw-assoc", "Direct Connect gateway"
                 )
             )
+    if cfg.guardrails.enabled:
+        lines.append(pricing.secret(catalog, f"{GUARDRAILS}-slack-webhook"))
     return lines
 
 
-def totals(lines: list[CostLine]) -> tuple[float, float]:
-    """(hourly, monthly) totals."""
-    return sum(x.hourly_usd for x in lines), sum(x.monthly_usd for x in lines)
+__all__ = ["INTERFACE_ENDPOINT_SERVICES", "CostLine", "estimate_stack", "totals"]

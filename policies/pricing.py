@@ -1,9 +1,10 @@
-"""Price resources from their properties with the catalog (pure).
+"""Price resources from their properties: the resource adapter of :mod:`common.pricing` (pure).
 
-The same arithmetic as :func:`infra.cost.estimate_stack`, but driven by what the engine will
-create (launch templates + ASG desired capacity + market, FSx capacity and throughput, Direct
-Connect port speed, NAT gateways, interface endpoints), so ``pulumi preview`` output and the
-offline evaluation are priced the same way.
+Driven by what the engine will create (launch templates + ASG desired capacity + market, FSx
+capacity and throughput, Direct Connect port speed, NAT gateways and their Elastic IPs,
+interface endpoints per AZ, transit gateway attachments, secrets), so ``pulumi preview``
+output and the offline evaluation are priced the same way as :mod:`infra.cost` prices the
+stack config (``tests/unit/test_pricing_agreement.py``).
 
     >>> lines = price_resources(resources, load_catalog())      # doctest: +SKIP
     >>> round(sum(x.monthly_usd for x in lines))                 # doctest: +SKIP
@@ -12,26 +13,48 @@ offline evaluation are priced the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from pulumi_policy import PolicyResource
+from pulumi_policy.proxy import UnknownValueError
 
+from common import pricing
 from common.catalog import Catalog, CatalogError
-from infra.cost import CostLine
+from common.pricing import CostLine, UnpricedError
 from policies.common import (
     ASG,
     AWS_PROVIDER,
     LUSTRE,
+    SUBNET,
     as_int,
     asg_market,
+    deps,
     get,
     launch_template_of,
     of_type,
 )
 
 NAT = "aws:ec2/natGateway:NatGateway"
+EIP = "aws:ec2/eip:Eip"
 DX_CONNECTION = "aws:directconnect/connection:Connection"
+DX_GATEWAY_ASSOCIATION = "aws:directconnect/gatewayAssociation:GatewayAssociation"
+TRANSIT_GATEWAY = "aws:ec2transitgateway/transitGateway:TransitGateway"
+TGW_VPC_ATTACHMENT = "aws:ec2transitgateway/vpcAttachment:VpcAttachment"
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
+SECRET = "aws:secretsmanager/secret:Secret"
 DEFAULT_REGION = "us-east-1"
+# The engine's "known after apply" value in `pulumi preview --json` (policies.sources.UNKNOWN).
+_UNKNOWN_SENTINEL = "04da6b54-80e4-46f7-96ec-b56ff0331ba9"
+_UNKNOWN = object()
+
+
+def _read(props: Any, key: str) -> Any:
+    """``props[key]``; ``None`` when absent, ``_UNKNOWN`` when known only after apply."""
+    try:
+        value = props.get(key)
+    except UnknownValueError:
+        return _UNKNOWN
+    return _UNKNOWN if value == _UNKNOWN_SENTINEL else value
 
 
 def stack_region(resources: Sequence[PolicyResource]) -> str:
@@ -42,11 +65,74 @@ def stack_region(resources: Sequence[PolicyResource]) -> str:
     return DEFAULT_REGION
 
 
-def _root_gib(lt_props: object) -> int:
+def asg_nodes(asg: PolicyResource) -> tuple[int, str]:
+    """Instances the group runs, and a note when that is not its stated desired capacity.
+
+    An ASG launches and keeps ``desiredCapacity`` instances, which is what EC2 bills; without
+    one it starts at ``minSize`` ("If you do not specify a desired capacity, the default is
+    the minimum size of the group": EC2 Auto Scaling API reference, CreateAutoScalingGroup,
+    https://docs.aws.amazon.com/autoscaling/ec2/APIReference/API_CreateAutoScalingGroup.html).
+    A desired capacity known only after apply is priced at ``maxSize``, the most it can be.
+    """
+    desired = _read(asg.props, "desiredCapacity")
+    if desired is None:
+        return as_int(_read(asg.props, "minSize")), " (no desiredCapacity: minSize)"
+    if desired is _UNKNOWN:
+        top = _read(asg.props, "maxSize")
+        if top is None or top is _UNKNOWN:
+            raise UnpricedError(f"cannot price {asg.name}: its size is unknown until apply")
+        return as_int(top), " (desiredCapacity unknown: maxSize)"
+    return as_int(desired), ""
+
+
+def _root_gib(item: str, lt_props: Any) -> int:
+    """GiB of EBS per instance from the launch template's block device mappings."""
+    mappings = [m for m in get(lt_props, "blockDeviceMappings") or [] if get(m, "ebs")]
+    if not mappings:
+        raise UnpricedError(
+            f"cannot price {item}: the root volume's size comes from the AMI; declare it in "
+            "blockDeviceMappings"
+        )
     total = 0
-    for bdm in get(lt_props, "blockDeviceMappings") or []:
-        total += as_int(get(bdm, "ebs.volumeSize"))
+    for bdm in mappings:
+        # An absent volumeType takes the AMI's; the program always sets gp3.
+        vtype = get(bdm, "ebs.volumeType", "gp3")
+        if vtype != "gp3":
+            raise UnpricedError(f"cannot price {item}: the catalog prices gp3, not {vtype}")
+        size = as_int(get(bdm, "ebs.volumeSize"))
+        if size <= 0:
+            raise UnpricedError(f"cannot price {item}: a volume's size is unknown")
+        total += size
     return total
+
+
+def _endpoint_azs(ep: PolicyResource) -> int:
+    """AZs an interface endpoint has a network interface in: one per subnet it names (at most
+    one subnet per AZ). Unknown ids still show as references to the subnets."""
+    subnets = _read(ep.props, "subnetIds")
+    if isinstance(subnets, list) and subnets:
+        return len(subnets)
+    referenced = deps(ep, "subnetIds", SUBNET)
+    if referenced:
+        return len(referenced)
+    raise UnpricedError(f"cannot price {ep.name}: its subnets (one per AZ) are unknown")
+
+
+def _lustre(cat: Catalog, fs: PolicyResource) -> CostLine:
+    deployment = _read(fs.props, "deploymentType")
+    tput = _read(fs.props, "perUnitStorageThroughput")
+    storage = _read(fs.props, "storageType")
+    capacity = _read(fs.props, "storageCapacity")
+    if any(v is _UNKNOWN for v in (deployment, tput, storage, capacity)):
+        raise UnpricedError(f"cannot price {fs.name}: its size or type is unknown until apply")
+    return pricing.lustre(
+        cat,
+        fs.name,
+        as_int(capacity),
+        deployment_type=str(deployment) if deployment else None,
+        throughput=as_int(tput) or None,
+        storage_type=str(storage) if storage else None,
+    )
 
 
 def price_resources(
@@ -57,95 +143,63 @@ def price_resources(
 ) -> list[CostLine]:
     """One line per cost-bearing resource, for a month of ``catalog.hours_per_month`` hours.
 
-    Raises :class:`CatalogError` when a resource needs a figure the catalog lacks.
+    Raises :class:`CatalogError` (:class:`common.pricing.UnpricedError`) naming the resource
+    when one cannot be priced: a missing figure is never counted as zero.
     """
-    hours = catalog.hours_per_month
     region = stack_region(resources)
     lines: list[CostLine] = []
     for asg in of_type(resources, ASG):
         lt = launch_template_of(asg)
         if lt is None:
-            continue
+            raise UnpricedError(f"cannot price {asg.name}: it has no launch template")
         itype = str(lt.props.get("instanceType", ""))
-        nodes = as_int(asg.props.get("desiredCapacity"), as_int(asg.props.get("minSize")))
+        nodes, note = asg_nodes(asg)
         market = asg_market(asg.props, lt.props)
-        rate = catalog.hourly_price(itype, region, market)
-        lines.append(
-            CostLine(
-                "compute",
-                asg.name,
-                f"{nodes} x {itype} {market} @ ${rate:,.3f}/h",
-                rate * nodes,
-                rate * nodes * hours,
-            )
+        line = pricing.instance_hours(
+            catalog, asg.name, instance_type=itype, region=region, market=market, nodes=nodes
         )
-        gib = _root_gib(lt.props)
-        if gib and nodes:
-            ebs = gib * nodes * catalog.ebs_gp3_usd_per_gb_month.value
-            lines.append(
-                CostLine(
-                    "storage",
-                    f"{asg.name}/volumes",
-                    f"{nodes} x {gib} GiB gp3",
-                    ebs / hours,
-                    ebs,
-                )
-            )
-    for fs in of_type(resources, LUSTRE):
-        deployment = str(fs.props.get("deploymentType", "SCRATCH_1"))
-        tput = as_int(fs.props.get("perUnitStorageThroughput")) or None
-        gib = as_int(fs.props.get("storageCapacity"))
-        rate = catalog.lustre_price(deployment, tput)
-        tier = f" {tput} MB/s/TiB" if tput else ""
-        lines.append(
-            CostLine(
-                "storage",
-                fs.name,
-                f"{gib} GiB {deployment}{tier} @ ${rate}/GB-month",
-                gib * rate / hours,
-                gib * rate,
-            )
-        )
-    nats = of_type(resources, NAT)
-    for i, nat in enumerate(nats):
-        per_h = catalog.nat_gateway.usd_per_hour.value
+        lines.append(line if not note else _note(line, note))
+        if nodes:
+            item = f"{asg.name}/volumes"
+            lines.append(pricing.ebs_volumes(catalog, item, _root_gib(item, lt.props), nodes))
+    lines += [_lustre(catalog, fs) for fs in of_type(resources, LUSTRE)]
+    for i, nat in enumerate(of_type(resources, NAT)):
         # Processed data is one monthly figure for the stack; charge it to the first gateway.
         gb = nat_gb_per_month if i == 0 else 0.0
-        lines.append(
-            CostLine(
-                "network",
-                nat.name,
-                f"NAT gateway, {gb:,.0f} GB processed",
-                per_h,
-                per_h * hours + gb * catalog.nat_gateway.usd_per_gb.value,
-            )
-        )
+        lines.append(pricing.nat_gateway(catalog, nat.name, gb))
+    lines += [pricing.public_ipv4(catalog, eip.name) for eip in of_type(resources, EIP)]
     for ep in of_type(resources, VPC_ENDPOINT):
-        if ep.props.get("vpcEndpointType") != "Interface":
-            continue
-        subnets = ep.props.get("subnetIds")
-        # Unknown until apply in a preview (the engine's sentinel string): count one AZ.
-        azs = max(1, len(subnets) if isinstance(subnets, list) else 1)
-        per_h = catalog.vpc_interface_endpoint_usd_per_hour.value * azs
-        lines.append(
-            CostLine("network", ep.name, f"interface endpoint x {azs} AZ", per_h, per_h * hours)
-        )
+        # Gateway endpoints (S3, DynamoDB) are free; interface endpoints bill per AZ-hour.
+        if _read(ep.props, "vpcEndpointType") == "Interface":
+            lines.append(pricing.interface_endpoint(catalog, ep.name, _endpoint_azs(ep)))
     for dx in of_type(resources, DX_CONNECTION):
-        bandwidth = str(dx.props.get("bandwidth", ""))
-        per_h = catalog.dx_port_price(bandwidth)
-        lines.append(CostLine("link", dx.name, f"{bandwidth} dedicated port", per_h, per_h * hours))
-    if egress_gb > 0:
-        cost = catalog.internet_egress_cost(egress_gb)
-        lines.append(
-            CostLine(
-                "transfer",
-                "internet-egress",
-                f"{egress_gb:,.0f} GB/month to the internet",
-                cost / hours,
-                cost,
+        lines.append(pricing.dx_port(catalog, dx.name, str(dx.props.get("bandwidth", ""))))
+    for att in of_type(resources, TGW_VPC_ATTACHMENT):
+        lines.append(pricing.transit_gateway_attachment(catalog, att.name, "VPC"))
+    for assoc in of_type(resources, DX_GATEWAY_ASSOCIATION):
+        # Associating a Direct Connect gateway with a transit gateway is an attachment of it;
+        # with a virtual private gateway it is free.
+        if deps(assoc, "associatedGatewayId", TRANSIT_GATEWAY):
+            lines.append(
+                pricing.transit_gateway_attachment(catalog, assoc.name, "Direct Connect gateway")
             )
-        )
+    lines += [pricing.secret(catalog, s.name) for s in of_type(resources, SECRET)]
+    if egress_gb > 0:
+        lines.append(pricing.internet_egress(catalog, egress_gb))
     return lines
 
 
-__all__ = ["CatalogError", "price_resources", "stack_region"]
+def _note(line: CostLine, note: str) -> CostLine:
+    return CostLine(
+        line.category, line.item, line.detail + note, line.hourly_usd, line.monthly_usd, line.source
+    )
+
+
+__all__ = [
+    "CatalogError",
+    "CostLine",
+    "UnpricedError",
+    "asg_nodes",
+    "price_resources",
+    "stack_region",
+]

@@ -262,4 +262,5 @@ def test_stack_outputs(dev: Evaluation, prod: Evaluation) -> None:
     ebs = 2 * 512 * CAT.ebs_gp3_usd_per_gb_month.value / 730
     lustre = 1200 * 0.145 / 730
     nat = CAT.nat_gateway.usd_per_hour.value
-    assert dev.outputs["estimatedCostPerHourUsd"] == round(2 * spot + ebs + lustre + nat, 2)
+    eip = 0.005  # its Elastic IP: $0.005 per public IPv4 address-hour (aws.amazon.com/vpc/pricing/)
+    assert dev.outputs["estimatedCostPerHourUsd"] == round(2 * spot + ebs + lustre + nat + eip, 2)

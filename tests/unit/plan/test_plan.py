@@ -17,6 +17,9 @@ CAT = load_catalog()
 H = CAT.hours_per_month  # 730
 GP3 = CAT.ebs_gp3_usd_per_gb_month.value  # 0.08
 NAT_H = CAT.nat_gateway.usd_per_hour.value  # 0.045
+# The NAT gateway's Elastic IP bills as a public IPv4 address (Amazon VPC pricing, "Public IPv4
+# Address": every public IPv4 address, in use or idle, https://aws.amazon.com/vpc/pricing/).
+EIP_H = CAT.public_ipv4_usd_per_hour.value  # 0.005
 
 
 def _dev_monthly() -> float:
@@ -28,6 +31,7 @@ def _dev_monthly() -> float:
         + 2 * 512 * GP3  # their 512 GiB gp3 root volumes
         + 1200 * lustre  # 1,200 GiB PERSISTENT_2 at 125 MB/s/TiB
         + NAT_H * H  # one NAT gateway, no processed data
+        + EIP_H * H  # its Elastic IP
     )
 
 
@@ -37,6 +41,7 @@ def _prod_monthly() -> float:
     lustre = CAT.fsx_lustre_usd_per_gb_month["PERSISTENT_2"]["1000"].value
     dx100 = CAT.direct_connect_port_usd_per_hour["100Gbps"].value
     endpoint = CAT.vpc_interface_endpoint_usd_per_hour.value
+    secret = CAT.secrets_manager_secret_usd_per_month.value  # 0.40 per secret-month
     return (
         16 * p5en_cb * H  # 16 p5en on a Capacity Block
         + 4 * trn2 * H  # 4 trn2 on-demand
@@ -44,7 +49,9 @@ def _prod_monthly() -> float:
         + 38_400 * lustre  # EFA-enabled Lustre, 1000 MB/s/TiB
         + 2 * dx100 * H  # two 100G dedicated ports
         + NAT_H * H
+        + EIP_H * H  # the NAT gateway's Elastic IP
         + 5 * endpoint * H  # ssm, ssmmessages, ec2messages, monitoring, logs
+        + secret  # the guardrails' Slack webhook secret
     )
 
 
@@ -59,8 +66,8 @@ def as_json(*args: str) -> dict[str, Any]:
 
 
 def test_catalog_figures_are_the_ones_written_down() -> None:
-    assert round(_dev_monthly(), 2) == 36_450.05
-    assert round(_prod_monthly(), 2) == 690_186.55
+    assert round(_dev_monthly(), 2) == 36_453.70
+    assert round(_prod_monthly(), 2) == 690_190.60
 
 
 @pytest.mark.parametrize(("stack", "expected"), [("dev", _dev_monthly), ("prod", _prod_monthly)])
@@ -78,8 +85,12 @@ def test_json_lines_are_per_resource() -> None:
         ("storage", "dev-p5-asg/volumes"),
         ("storage", "lustre-fs"),
         ("network", "net-nat-us-east-1a"),
+        ("network", "net-nat-eip-us-east-1a"),
     ]
     assert doc["lines"][0]["detail"] == "2 x p5.48xlarge spot @ $24.768/h"
+    # Spot is on-demand (REFERENCE snapshot) x the catalog's spot fraction (an estimate).
+    assert doc["lines"][0]["priceSource"] == "ref 2025-06; estimate 2026-11 unverified"
+    assert doc["lines"][-1]["priceSource"] == "aws-ipv4-pricing 2024-02 unverified"
     assert doc["region"] == "us-east-1"
     assert doc["resourceCount"] == 53  # the dev program's custom AWS resources
 
@@ -87,7 +98,7 @@ def test_json_lines_are_per_resource() -> None:
 def test_table_prints_total_and_verdict() -> None:
     result = invoke("-s", "dev")
     assert result.exit_code == 0
-    assert "36,450.05" in result.stdout
+    assert "36,453.70" in result.stdout
     assert "policies: PASS (17 policies, no violations)" in result.stdout
 
 
@@ -97,7 +108,7 @@ def test_markdown_for_pr_comments() -> None:
     md = result.stdout
     assert md.startswith("### coreburst plan: `dev` (us-east-1, offline evaluation)\n")
     assert "| category | resource | detail | $/hour | $/month |" in md
-    assert "| **total** | | | **49.93** | **36,450.05** |" in md
+    assert "| **total** | | | **49.94** | **36,453.70** |" in md
     assert md.rstrip().endswith("**Policies: PASS** (17 policies, no violations)")
 
 
@@ -130,7 +141,10 @@ def test_preview_json_prices_what_pulumi_will_do() -> None:
     doc = as_json("-s", "dev", "--preview-json", str(FIXTURES / "dev.json"))
     assert doc["source"] == "pulumi preview (dev.json)"
     assert doc["totals"]["monthlyUsd"] == pytest.approx(_dev_monthly(), abs=0.01)
-    assert [x["item"] for x in doc["lines"] if x["category"] == "network"] == ["net-nat-us-east-1a"]
+    assert [x["item"] for x in doc["lines"] if x["category"] == "network"] == [
+        "net-nat-us-east-1a",
+        "net-nat-eip-us-east-1a",
+    ]
     assert doc["policies"]["passed"] is True
 
 
@@ -141,8 +155,8 @@ def test_violations_are_reported(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "**Policies: FAIL** (1 violations)" in result.stdout
     assert (
-        "- `mandatory` **monthly-cost-ceiling**: estimated monthly cost $36,450 exceeds the "
-        "ceiling $10,000 (monthlyCeilingUsd) by $26,450; top cost lines: dev-p5-asg $36,161, "
+        "- `mandatory` **monthly-cost-ceiling**: estimated monthly cost $36,454 exceeds the "
+        "ceiling $10,000 (monthlyCeilingUsd) by $26,454; top cost lines: dev-p5-asg $36,161, "
         "lustre-fs $174, dev-p5-asg/volumes $82"
     ) in result.stdout
 

@@ -108,15 +108,16 @@ def test_capacity_block_plus_placement_group(h: Any) -> None:
 def test_prod_over_its_budget(h: Any) -> None:
     # 16 p5en Capacity Block 45.22 * 16 * 730 = 528,169.60; 4 trn2 on-demand 35.76 * 4 * 730
     # = 104,419.20; Lustre 38,400 * 0.60 = 23,040; 2 DX 100G 22.50 * 730 * 2 = 32,850;
-    # EBS 20 * 1024 * 0.08 = 1,638.40; NAT 32.85; 5 endpoints 36.50 -> 690,186.55
+    # EBS 20 * 1024 * 0.08 = 1,638.40; NAT 32.85 + its Elastic IP 3.65; 5 endpoints 36.50;
+    # the guardrails' secret 0.40 -> 690,190.60
     resources = h.config_resources(
         "prod", budget={"monthlyUsd": 600_000, "thresholdsPercent": [100]}
     )
     found = run_policies(resources)
     assert failed(found) == {"monthly-cost-ceiling"}
     assert [v.message for v in found] == [
-        "estimated monthly cost $690,187 exceeds the ceiling $600,000 (budget budget-monthly) "
-        "by $90,187; top cost lines: train-p5en-asg $528,170, train-trn2-asg $104,419, "
+        "estimated monthly cost $690,191 exceeds the ceiling $600,000 (budget budget-monthly) "
+        "by $90,191; top cost lines: train-p5en-asg $528,170, train-trn2-asg $104,419, "
         "lustre-fs $23,040"
     ]
 
