@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: setup system-deps demo plan lint test unit integration bench lambda-package clean
+.PHONY: setup system-deps demo plan lint test unit integration bench lambda-package arch clean
 
 setup: $(VENV)/.installed
 
@@ -50,11 +50,17 @@ integration: setup
 bench: setup
 	$(BIN)/python benchmarks/guardrails_cycle.py --sizes $(or $(SIZES),100,1000,5000)
 
-## The guardrail daemon and its runtime dependencies for AWS Lambda (python3.11, x86_64), in
-## build/lambda; packages from pyproject.toml [tool.coreburst.lambda]. `pulumi preview`/`up`
-## build it themselves when missing or stale; FORCE=1 rebuilds.
+## The guardrail daemon for AWS Lambda (python3.11, x86_64) in build/lambda: this project's
+## wheel installed with its guardrails extra (`pip install '.[guardrails]' --target`).
+## `pulumi preview`/`up` build it themselves when missing or stale; FORCE=1 rebuilds.
 lambda-package: setup
 	$(BIN)/python -m infra.lambda_package $(if $(FORCE),--force)
+
+## The import graph between the top-level packages (edges, cycles, arrows against the layer
+## contract), then the contract itself ([tool.importlinter] in pyproject.toml).
+arch: setup
+	$(BIN)/python tools/import_graph.py
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -21,6 +21,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from common.errors import one_line
 from common.textio import read_text
 
 CATALOG_PATH = Path(__file__).parent / "data" / "catalog.yaml"
@@ -103,6 +104,11 @@ class Catalog(_Strict):
     nat_gateway: NatGateway
     vpc_interface_endpoint_usd_per_hour: Figure
     ebs_gp3_usd_per_gb_month: Figure
+    # Optional so older catalog files still load; common.pricing refuses to price an item whose
+    # figure is missing (never prices it as zero).
+    public_ipv4_usd_per_hour: Figure | None = None
+    transit_gateway_attachment_usd_per_hour: Figure | None = None
+    secrets_manager_secret_usd_per_month: Figure | None = None
 
     # -- lookups --------------------------------------------------------------------------
     def instance(self, instance_type: str) -> InstanceType:
@@ -210,9 +216,7 @@ def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:
     try:
         return Catalog.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        loc = ".".join(str(p) for p in err["loc"])
-        raise CatalogError(f"{origin}: {loc}: {err['msg']}") from None
+        raise CatalogError(one_line(exc, origin)) from None
 
 
 @functools.cache

@@ -35,6 +35,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from common.catalog import Catalog, load_catalog
+from common.errors import one_line
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
@@ -490,19 +491,17 @@ class StackConfig(_Model):
 
 
 def _format_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    loc = ""
-    for part in err["loc"]:
-        loc += f"[{part}]" if isinstance(part, int) else (f".{part}" if loc else str(part))
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "extra_forbidden":
-        msg = "unknown key; check the spelling against the documented keys"
-    elif err["type"].startswith("literal_error") or err["type"] in ("enum",):
-        msg = f"{err['input']!r} is not allowed: {msg}"
-    elif "input" in err and err["type"] not in ("value_error", "assertion_error", "missing"):
-        msg = f"{err['input']!r}: {msg}"
-    where = f"coreburst:{loc}" if loc else "coreburst"
-    return f"{where}: {msg}"
+    # Pulumi config keys: `coreburst:clusters[0].instanceType`, the value before the message.
+    return one_line(
+        exc,
+        "coreburst",
+        sep=":",
+        root="",
+        path="brackets",
+        value="before",
+        more=False,
+        messages={"extra_forbidden": "unknown key; check the spelling against the documented keys"},
+    )
 
 
 def parse_stack_config(raw: dict[str, Any], catalog: Catalog | None = None) -> StackConfig:

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 
+from common.errors import one_line
 from common.textio import read_text
 
 GroupName = Literal["dgx_nodes", "subnet_managers", "slurm_controller"]
@@ -173,11 +174,7 @@ class Fleet(_Strict):
 
 
 def _one_line(exc: ValidationError, source: str) -> str:
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
-    more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-    msg = err["msg"].removeprefix("Value error, ")
-    return f"{source}: {loc}: {msg}{more}"
+    return one_line(exc, source)
 
 
 def load_yaml_mapping(path: Path, what: str = "YAML file") -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Protocol
 from pulumi_policy import PolicyProviderResource, PolicyResource
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
+from common.errors import field_path, first_problem
 from common.textio import read_text
 from policies.runner import default_options
 
@@ -191,24 +192,17 @@ PRICED_INPUTS: dict[str, type[BaseModel]] = {
 }
 
 
-def _where(loc: tuple[int | str, ...]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
-    return out
-
-
 def _shape_error(exc: ValidationError, prefix: tuple[int | str, ...] = ()) -> PreviewError:
-    err = exc.errors()[0]
-    loc = prefix + tuple(err["loc"])
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] == "missing":
+    problem = first_problem(exc)
+    msg = problem.message
+    if problem.kind == "missing":
         msg = "missing"
-    elif err["type"] in ("list_type", "dict_type", "model_type", "model_attributes_type"):
-        kind = {"list_type": "a list", "dict_type": "an object"}.get(err["type"], "an object")
-        msg = f"expected {kind}, got {_json_type(err.get('input'))}"
+    elif problem.kind in ("list_type", "dict_type", "model_type", "model_attributes_type"):
+        kind = {"list_type": "a list", "dict_type": "an object"}.get(problem.kind, "an object")
+        msg = f"expected {kind}, got {_json_type(exc.errors()[0].get('input'))}"
+    where = field_path(prefix + problem.loc, "brackets")
     return PreviewError(
-        f"preview JSON {_where(loc)}: {msg}; pass the unmodified output of `pulumi preview --json`"
+        f"preview JSON {where}: {msg}; pass the unmodified output of `pulumi preview --json`"
     )
 
 

@@ -30,9 +30,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from common.catalog import Catalog, CatalogError, Figure, load_catalog
+from common.errors import one_line as _one_line
+from common.textio import read_text
 from tco.demand import CoreCosts, DemandHistory, size_core
 from tco.rules import RuleAdvice, Verdict, rule_of_thumb
-from common.textio import read_text
 
 DEFAULTS_PATH = Path(__file__).parent / "data" / "onprem_defaults.yaml"
 # Demand whose hourly coefficient of variation is at or below this counts as "steady".
@@ -89,10 +90,8 @@ def load_defaults(path: Path = DEFAULTS_PATH) -> OnpremDefaults:
 
 
 def one_line(exc: ValidationError) -> str:
-    """First validation error as ``key.path: message`` (the fix is usually obvious from it)."""
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "scenario"
-    return f"{loc}: {err['msg']}"
+    """First validation error as ``key.path: message (got value)``; the caller adds where."""
+    return _one_line(exc, root="scenario")
 
 
 # -- scenario (input) -----------------------------------------------------------------------

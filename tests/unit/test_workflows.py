@@ -121,7 +121,8 @@ def test_lambda_package_is_built_before_pulumi_runs(name: str, pulumi_cmd: str) 
     steps = [s for job in _load(name)["jobs"].values() for s in job["steps"]]
     runs = [s.get("run", "") for s in steps]
     build = next(i for i, r in enumerate(runs) if "-m infra.lambda_package" in r)
-    install = next(i for i, r in enumerate(runs) if "pip install -e ." in r)
+    # The infra extra: Pulumi, the policy pack and the daemon the program packages.
+    install = next(i for i, r in enumerate(runs) if "pip install -e '.[infra]'" in r)
     pulumi = next(i for i, r in enumerate(runs) if pulumi_cmd in r)
     assert install < build < pulumi
     assert runs[build].strip().startswith(".venv/bin/python ")

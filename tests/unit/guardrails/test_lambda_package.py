@@ -1,13 +1,15 @@
-"""The guardrails Lambda package ships every third-party package the handler imports, takes
-those packages (and their versions) from pyproject.toml only, and is rebuilt when stale.
+"""The guardrails Lambda package is what `pip install '.[guardrails]'` installs: every
+third-party package the handler imports is in the base dependencies or the guardrails extra,
+pyproject.toml is the one list, and the package is rebuilt when stale.
 
-The Lambda runtime provides boto3/botocore only; anything else missing from the package is an
-ImportError on the first scheduled run, long after `pulumi up` succeeded. The real pip build is
+Anything missing from the package is an ImportError on the first scheduled run, long after
+`pulumi up` succeeded. The real pip build is
 tests/integration/guardrails/test_lambda_package_build.py.
 """
 
 from __future__ import annotations
 
+import importlib.metadata as md
 import os
 import re
 import shutil
@@ -18,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from infra import lambda_package
 from infra.lambda_package import (
-    INFRA_FILES,
     LambdaPackageError,
     ensure_lambda_package,
     lambda_requirements,
@@ -29,40 +31,41 @@ from infra.lambda_package import (
 )
 
 ROOT = Path(__file__).parents[3]
-PROVIDED = {"boto3", "botocore", "s3transfer", "jmespath", "dateutil", "urllib3", "six"}
-# imported only when present: structlog's console niceties, botocore's CA bundle lookup
-OPTIONAL = {
-    "rich",
-    "attr",
-    "pygments",
-    "colorama",
-    "better_exceptions",
-    "certifi",
-    "cython_runtime",
-}
-DIST = {  # import name -> distribution name, where they differ
-    "yaml": "PyYAML",
-    "slack_sdk": "slack-sdk",
-    "pydantic_settings": "pydantic-settings",
-    "pydantic_core": "pydantic",  # installed with pydantic
-    "annotated_types": "pydantic",
-    "typing_extensions": "pydantic",
-    "typing_inspection": "pydantic",
-    "prometheus_client": "prometheus-client",
-    "dotenv": "pydantic-settings",
-}
+# Imported only when present (structlog's console niceties, botocore's CA bundle lookup), or
+# no distribution at all (Cython's runtime marker).
+OPTIONAL = {"attr", "colorama", "better_exceptions", "certifi", "cython_runtime"}
 
 
-def _name(req: str) -> str:
-    match = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
-    assert match, req
-    return re.sub(r"[-_.]+", "-", match.group(0)).lower()
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _closure(requirements: Sequence[str]) -> set[str]:
+    """Every distribution these requirements install, read from the installed metadata."""
+    todo = [Requirement(r) for r in requirements]
+    seen: set[str] = set()
+    while todo:
+        req = todo.pop()
+        key = f"{_norm(req.name)}{sorted(req.extras)}"
+        if key in seen:
+            continue
+        seen.add(key)
+        for line in md.requires(req.name) or []:
+            sub = Requirement(line)
+            if sub.marker is None or any(
+                sub.marker.evaluate({"extra": e}) for e in (req.extras or {""})
+            ):
+                todo.append(sub)
+    return {k.split("[")[0] for k in seen}
 
 
 def test_every_import_of_the_handler_is_packaged() -> None:
+    """Import the handler and every guardrails module; each third-party module that loads must
+    come with `pip install '.[guardrails]'` (its distribution in the requirements' closure)."""
     code = (
-        "import sys, guardrails.lambda_handler as h; h.handler.__code__; "
-        "from guardrails import aws, daemon, budget_relay, state_dynamo; "
+        "import sys, importlib, pkgutil, guardrails, guardrails.lambda_handler as h\n"
+        "for m in pkgutil.walk_packages(guardrails.__path__, 'guardrails.'):\n"
+        "    importlib.import_module(m.name)\n"
         "print('\\n'.join(sorted({m.split('.')[0] for m in sys.modules})))"
     )
     out = subprocess.run(
@@ -73,60 +76,64 @@ def test_every_import_of_the_handler_is_packaged() -> None:
         for m in out
         if m not in sys.stdlib_module_names
         and not m.startswith("_")
-        and m not in {"guardrails", "common", *PROVIDED, *OPTIONAL}
+        and m not in {"guardrails", "common", *OPTIONAL}
     }
-    packaged = {_name(r) for r in lambda_requirements()}
-    missing = sorted(m for m in third_party if _name(DIST.get(m, m)) not in packaged)
-    assert "orjson" in third_party and "structlog" in third_party
+    providers = md.packages_distributions()
+    packaged = _closure(lambda_requirements())
+    missing = sorted(
+        m for m in third_party if not {_norm(d) for d in providers.get(m, [m])} & packaged
+    )
+    assert {"orjson", "structlog", "boto3", "botocore", "slack_sdk"} <= third_party
     assert missing == [], f"imported by the Lambda handler but not packaged: {missing}"
 
 
-def test_versions_come_from_project_dependencies_only() -> None:
+def test_requirements_are_the_base_and_the_guardrails_extra() -> None:
     doc = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    project = {_name(r): r for r in doc["project"]["dependencies"]}
-    reqs = lambda_requirements()
-    assert reqs == [project[_name(n)] for n in doc["tool"]["coreburst"]["lambda"]["dependencies"]]
+    project = doc["project"]
+    assert lambda_requirements() == [
+        *project["dependencies"],
+        *project["optional-dependencies"]["guardrails"],
+    ]
+    assert "lambda" not in doc.get("tool", {}).get("coreburst", {}), "no second list"
     # The Makefile target runs the module; it keeps no second list of packages.
     recipe = (ROOT / "Makefile").read_text().split("\nlambda-package:")[1].split("\n\n")[0]
     assert "-m infra.lambda_package" in recipe
     assert "pip install" not in recipe and not re.search(r"'[A-Za-z-]+[<>=]", recipe)
 
 
-def test_a_name_missing_from_project_dependencies_is_one_line(tmp_path: Path) -> None:
+def test_no_guardrails_extra_is_one_line(tmp_path: Path) -> None:
     pyproject = tmp_path / "pyproject.toml"
-    pyproject.write_text(
-        '[project]\ndependencies = ["pydantic>=2.7,<3"]\n'
-        '[tool.coreburst.lambda]\ndependencies = ["pydantic", "orjson"]\n'
-    )
+    pyproject.write_text('[project]\ndependencies = ["pydantic>=2.7,<3"]\n')
     with pytest.raises(LambdaPackageError) as exc:
         lambda_requirements(pyproject)
     assert str(exc.value) == (
-        "pyproject.toml: [tool.coreburst.lambda] names orjson, which [project].dependencies "
-        "does not list; add them there (with their versions)"
+        "pyproject.toml: [project.optional-dependencies] has no guardrails extra; add the "
+        "daemon's runtime packages there"
     )
 
 
 def _tree(tmp_path: Path) -> Path:
-    """A copy of what the package is built from, to change sources without touching ours."""
+    """A copy of what the wheel is built from, to change sources without touching ours."""
     root = tmp_path / "src"
-    shutil.copytree(ROOT / "guardrails", root / "guardrails")
-    for rel in INFRA_FILES:
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(ROOT / rel, root / rel)
-    shutil.copy2(ROOT / "pyproject.toml", root / "pyproject.toml")
+    root.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, root / name)
+    for pkg in ("coreburst", "common", "guardrails", "infra", "policies", "onprem", "tco"):
+        shutil.copytree(ROOT / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
 
 class Recorder:
-    """Stands in for pip only (the real pip run is an integration test): records what it was
-    asked to install and leaves a marker where a wheel would go."""
+    """Stands in for pip only (the real pip run is an integration test): records which project
+    it was asked to install and puts its handler module where pip would."""
 
     def __init__(self) -> None:
-        self.calls: list[list[str]] = []
+        self.calls: list[Path] = []
 
-    def __call__(self, requirements: Sequence[str], target: Path) -> None:
-        self.calls.append(list(requirements))
-        (target / "installed.txt").write_text("\n".join(requirements))
+    def __call__(self, root: Path, target: Path) -> None:
+        self.calls.append(root)
+        (target / "guardrails").mkdir()
+        shutil.copy2(root / "guardrails" / "lambda_handler.py", target / "guardrails")
 
 
 def test_builds_when_missing_reuses_when_fresh_rebuilds_when_stale(tmp_path: Path) -> None:
@@ -134,10 +141,8 @@ def test_builds_when_missing_reuses_when_fresh_rebuilds_when_stale(tmp_path: Pat
     dest = tmp_path / "out" / "build" / "lambda"
     pip = Recorder()
     assert ensure_lambda_package(dest, root=root, install=pip) == dest
-    assert pip.calls == [lambda_requirements(root / "pyproject.toml")]
+    assert pip.calls == [root]
     assert (dest / "guardrails" / "lambda_handler.py").is_file()
-    assert all((dest / rel).is_file() for rel in INFRA_FILES)
-    assert not list(dest.rglob("__pycache__"))
 
     ensure_lambda_package(dest, root=root, install=pip)
     assert len(pip.calls) == 1, "an up-to-date package is reused"
@@ -151,13 +156,32 @@ def test_builds_when_missing_reuses_when_fresh_rebuilds_when_stale(tmp_path: Pat
     ensure_lambda_package(dest, root=root, install=pip, force=True)
     assert len(pip.calls) == 3
 
+    # Any file of the wheel counts, not only the daemon's: common/ ships in it too.
+    catalog = root / "common" / "data" / "catalog.yaml"
+    catalog.write_text(catalog.read_text() + "\n# changed\n")
+    ensure_lambda_package(dest, root=root, install=pip)
+    assert len(pip.calls) == 4
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# x\n")
+    ensure_lambda_package(dest, root=root, install=pip)
+    assert len(pip.calls) == 5
+
+
+def test_an_install_without_the_handler_is_refused(tmp_path: Path) -> None:
+    """A wheel that lost guardrails (a packages.find pattern gone wrong) never becomes the
+    package: Lambda would fail on its first run."""
+    root = _tree(tmp_path)
+    dest = tmp_path / "build" / "lambda"
+    with pytest.raises(LambdaPackageError, match=r"holds no guardrails/lambda_handler\.py"):
+        ensure_lambda_package(dest, root=root, install=lambda r, t: None)
+    assert not dest.exists()
+
 
 def test_a_failed_build_keeps_the_previous_package(tmp_path: Path) -> None:
     root = _tree(tmp_path)
     dest = tmp_path / "build" / "lambda"
     ensure_lambda_package(dest, root=root, install=Recorder())
 
-    def broken(requirements: Sequence[str], target: Path) -> None:
+    def broken(root: Path, target: Path) -> None:
         raise LambdaPackageError("no index")
 
     with pytest.raises(LambdaPackageError):
@@ -177,17 +201,20 @@ def test_unreachable_index_is_one_clear_line(
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
     with pytest.raises(LambdaPackageError) as exc:
-        pip_install(["orjson>=3.9,<4"], tmp_path)
+        pip_install(_tree(tmp_path), tmp_path / "target")
     message = str(exc.value)
     assert "\n" not in message
-    assert message.startswith("could not build the guardrails Lambda package: pip install failed")
+    # Building the wheel needs setuptools from the index first (build isolation).
+    assert message.startswith(
+        "could not build the guardrails Lambda package: building the wheel failed"
+    )
     assert "package index" in message and "make lambda-package" in message
 
 
 def test_cli_exits_2_with_the_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    def broken(requirements: Sequence[str], target: Path) -> None:
+    def broken(root: Path, target: Path) -> None:
         raise LambdaPackageError("could not build the guardrails Lambda package: offline")
 
     monkeypatch.setattr(lambda_package, "pip_install", broken)

@@ -9,7 +9,7 @@ under Pulumi's mocks.
 from __future__ import annotations
 
 import runpy
-from collections.abc import Sequence
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pulumi
 import pytest
 
 from infra import lambda_package, program
-from infra.lambda_package import LambdaPackageError, lambda_requirements
+from infra.lambda_package import LambdaPackageError
 from infra.offline import REPO_ROOT, _as_pulumi_config, _Mocks, load_stack_yaml
 
 MAIN = REPO_ROOT / "infra" / "__main__.py"
@@ -49,15 +49,18 @@ def fresh_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_prod_evaluates_through_main_without_a_prebuilt_package(
     fresh_tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[list[str]] = []
+    calls: list[Path] = []
 
-    def pip(requirements: Sequence[str], target: Path) -> None:
-        calls.append(list(requirements))
+    def pip(root: Path, target: Path) -> None:
+        """pip's stand-in: records the project and puts its handler where pip would."""
+        calls.append(root)
+        (target / "guardrails").mkdir()
+        shutil.copy2(root / "guardrails" / "lambda_handler.py", target / "guardrails")
 
     monkeypatch.setattr(lambda_package, "pip_install", pip)
     mocks = _run_main("prod")
 
-    assert calls == [lambda_requirements()], "built once, from pyproject's list"
+    assert calls == [REPO_ROOT], "built once, from this project (`.[guardrails]`)"
     assert (fresh_tree / "guardrails" / "lambda_handler.py").is_file()
     functions = [r for r in mocks.resources if r.typ == "aws:lambda/function:Function"]
     assert len(functions) == 1
@@ -71,7 +74,7 @@ def test_prod_evaluates_through_main_without_a_prebuilt_package(
 def test_a_package_that_cannot_be_built_stops_before_any_resource(
     fresh_tree: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def offline(requirements: Sequence[str], target: Path) -> None:
+    def offline(root: Path, target: Path) -> None:
         raise LambdaPackageError(
             "could not build the guardrails Lambda package: pip install failed (offline)"
         )
@@ -94,7 +97,7 @@ def test_dev_evaluates_through_main_and_needs_no_package(
     """The dev stack (guardrails off, Lustre without EFA) evaluates through the same entry
     point and declares its file system; nothing is built for it."""
 
-    def pip(requirements: Sequence[str], target: Path) -> None:
+    def pip(root: Path, target: Path) -> None:
         raise AssertionError("dev has no Lambda to package")
 
     monkeypatch.setattr(lambda_package, "pip_install", pip)

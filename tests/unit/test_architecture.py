@@ -1,0 +1,206 @@
+"""The layer contract (README "Architecture"), enforced by import-linter on the real source:
+
+    coreburst > sandbox > infra > guardrails | policies | onprem | tco > common
+
+A part imports only parts below it; the four products in the middle do not import each other;
+common imports none of the others; no product imports the sandbox. The contract lists no
+exceptions (no ignore_imports), and every top-level package is under it. ``make arch`` prints
+the graph (``tools/import_graph.py``) and runs the same linter.
+
+Also measured here: ``coreburst guardrails --help`` imports no Pulumi, Ansible or matplotlib and
+spends at most 0.3 s importing (``python -X importtime``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
+LAYERS = ["coreburst", "sandbox", "infra", "guardrails | policies | onprem | tco", "common"]
+# Top-level directories that hold no product code: tests, scripts, benchmarks.
+NOT_PRODUCT = {"tests", "tools", "benchmarks"}
+
+
+def _config() -> dict[str, Any]:
+    doc = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    config: dict[str, Any] = doc["tool"]["importlinter"]
+    return config
+
+
+def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
+    # PYTHONPATH=cwd: the packages under cwd are the ones analysed, whatever is installed.
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--no-cache", "--no-logo"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+
+
+def test_the_layer_contract_holds() -> None:
+    result = _lint(ROOT)
+    report = result.stdout + result.stderr
+    assert result.returncode == 0, report[report.find("Broken contracts") :] or report
+    assert re.search(r"Contracts: 3 kept, 0 broken", report), report
+
+
+def test_the_contract_lists_no_exceptions() -> None:
+    config = _config()
+    contracts = config["contracts"]
+    assert [c["layers"] for c in contracts if c["type"] == "layers"] == [LAYERS]
+    for contract in contracts:
+        loose = {"ignore_imports", "allow_indirect_imports", "unmatched_ignore_imports_alerting"}
+        assert loose.isdisjoint(contract), contract["name"]
+    assert "ignore_imports" not in config
+
+
+def test_every_top_level_package_is_under_the_contract() -> None:
+    packages = {
+        p.name
+        for p in ROOT.iterdir()
+        if (p / "__init__.py").is_file() and p.name not in NOT_PRODUCT
+    }
+    assert packages - set(_config()["root_packages"]) == set(), (
+        "add these packages to [tool.importlinter] root_packages and to a layer"
+    )
+
+
+def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
+    """The same contract over a made-up tree with three wrong imports: each is reported."""
+    for name in _config()["root_packages"]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("")
+    (tmp_path / "common" / "up.py").write_text("import infra\n")  # bottom imports a product
+    (tmp_path / "guardrails" / "side.py").write_text("import policies\n")  # sibling
+    (tmp_path / "tco" / "demo.py").write_text("import sandbox\n")  # a product uses the sandbox
+    (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
+    result = _lint(tmp_path)
+    report = result.stdout + result.stderr
+    assert result.returncode == 1, report
+    assert "Contracts: 0 kept, 3 broken" in report, report
+    for line in ("common.up -> infra", "guardrails.side -> policies", "tco.demo -> sandbox"):
+        assert line in report, report
+
+
+def _import_times(argv: list[str]) -> tuple[set[str], float]:
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "coreburst", *argv],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    modules: set[str] = set()
+    total_us = 0
+    for line in out.stderr.splitlines():
+        m = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
+        if m:
+            total_us += int(m.group(1))
+            modules.add(m.group(2))
+    assert modules, out.stderr[-2000:]
+    return modules, total_us / 1e6
+
+
+def test_guardrails_help_imports_no_other_product_quickly() -> None:
+    runs = [_import_times(["guardrails", "--help"]) for _ in range(3)]
+    modules = runs[0][0]
+    heavy = sorted(
+        m for m in modules if m.split(".")[0] in {"pulumi", "pulumi_aws", "ansible", "matplotlib"}
+    )
+    heavy += sorted(m for m in modules if m.split(".")[0] == "ansible_runner")
+    assert heavy == []
+    assert any(m.startswith("guardrails") for m in modules), "it loads its own command"
+    # The best of three: the machine is shared, and the bar is what the code costs.
+    best = min(seconds for _, seconds in runs)
+    assert best <= 0.3, f"{best:.3f} s of imports for `coreburst guardrails --help`"
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["tco", "--help"]])
+def test_listing_commands_imports_no_pulumi(argv: list[str]) -> None:
+    modules, _ = _import_times(argv)
+    assert not [m for m in modules if m.split(".")[0] in {"pulumi", "pulumi_aws", "ansible"}]
+
+
+# -- the README's map matches the tree -------------------------------------------------------------
+README = ROOT / "README.md"
+PATH_RE = re.compile(r"`((?:[\w.-]+/)+[\w.<>-]*)`")
+# Paths that exist once built or run, not in a checkout.
+GENERATED = {"build/lambda"}
+
+
+def _readme_paths(text: str) -> set[str]:
+    """Backticked repository paths (``dir/``, ``dir/file.py``) the README names."""
+    return {m.group(1) for m in PATH_RE.finditer(text) if "<" not in m.group(1)}
+
+
+def test_every_path_the_readmes_name_exists() -> None:
+    missing = []
+    for readme in (README, ROOT / "ansible" / "README.md"):
+        base = ROOT if readme == README else readme.parent
+        # Rows of the layout table name paths under their directory: checked below.
+        text = "\n".join(
+            ln
+            for ln in readme.read_text(encoding="utf-8").splitlines()
+            if not re.match(r"\| `[\w/]+/` \|", ln)
+        )
+        for rel in sorted(_readme_paths(text) - GENERATED):
+            if not ((base / rel).exists() or (ROOT / rel).exists()):
+                missing.append(f"{readme.relative_to(ROOT)}: {rel}")
+    assert missing == []
+
+
+def test_every_file_the_layout_table_names_is_in_its_directory() -> None:
+    """A row ``| `tco/` | `model.py`, `data/` ... |`` names files under ``tco/``."""
+    missing = []
+    for line in _layout().splitlines():
+        row = re.match(r"\| `([\w/]+/)` \| (.*)\|$", line)
+        if not row:
+            continue
+        for name in re.findall(r"`([^`]+)`", row.group(2)):
+            if re.fullmatch(r"[\w./-]+\.(?:py|ya?ml|md)|[\w-]+/", name):
+                base = ROOT / row.group(1)
+                if not ((base / name).exists() or (ROOT / name).exists()):
+                    missing.append(f"{row.group(1)}{name}")
+    assert missing == []
+
+
+def _layout() -> str:
+    return README.read_text(encoding="utf-8").split("\n## Layout\n")[1]
+
+
+def test_every_rule_component_and_role_is_one_hop_from_the_readme() -> None:
+    layout = _layout()
+    rules = sorted(p.stem for p in (ROOT / "guardrails" / "rules").glob("*.py"))
+    components = sorted(p.stem for p in (ROOT / "infra" / "components").glob("*.py"))
+    roles = sorted(p.name for p in (ROOT / "ansible" / "roles").iterdir() if p.is_dir())
+    expected = [
+        *(f"`guardrails/rules/{r}.py`" for r in rules if r != "__init__"),
+        *(f"`infra/components/{c}.py`" for c in components if c != "__init__"),
+        *(f"`ansible/roles/{r}`" for r in roles),
+        *(
+            f"`{p.name}/`"
+            for p in ROOT.iterdir()
+            if ((p / "__init__.py").is_file() and p.name != "tests")
+            or p.name in {"ansible", "tools", "benchmarks"}
+        ),
+    ]
+    assert [e for e in expected if e not in layout] == []
+
+
+def test_the_readme_states_the_contract_pyproject_enforces() -> None:
+    text = " ".join(README.read_text(encoding="utf-8").replace("**", "").split())
+    assert " > ".join(LAYERS) in text
