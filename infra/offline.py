@@ -19,9 +19,9 @@ import pulumi
 import yaml
 
 from common.catalog import load_catalog
+from common.textio import read_text
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.program import build, read_stack_config
-from common.textio import read_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROJECT = "coreburst"

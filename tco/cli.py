@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 
 from common.catalog import CatalogError
+from common.textio import read_text
 from tco.demand import DemandError, load_demand
 from tco.model import Scenario, TcoError, TcoResult, analyse, one_line
-from common.textio import read_text
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 

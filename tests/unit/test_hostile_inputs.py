@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 import coreburst.plan
 from common.catalog import CatalogError, load_catalog
+from common.textio import TextFileError, read_text
 from coreburst.cli import app
 from infra.lambda_package import LambdaPackageError, lambda_requirements
 from infra.offline import evaluate_stack
 from tco.model import TcoError, load_defaults
-from common.textio import TextFileError, read_text
 
 ROOT = Path(__file__).resolve().parents[2]
 PREVIEW = ROOT / "tests" / "fixtures" / "preview" / "dev.json"
