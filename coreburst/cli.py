@@ -31,6 +31,11 @@ PRODUCTS: dict[str, tuple[str, str, str]] = {
         "Spend limits, idle-GPU reclaim and egress alerts.",
     ),
     "onprem": ("onprem.cli", "app", "Configure and validate on-prem DGX nodes."),
+    "burst": (
+        "burst.cli",
+        "app",
+        "Overflow the on-prem Slurm queue to AWS: Slurm config and power programs.",
+    ),
 }
 # Commands added to a product's group from elsewhere: the demo lives in the sandbox (dev setup),
 # not in the guardrails package that ships.

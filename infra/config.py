@@ -440,6 +440,9 @@ class StackConfig(_Model):
     budget: Budget
     checkpoints: CheckpointStore = CheckpointStore()
     guardrails: GuardrailsDeploy = GuardrailsDeploy()
+    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes. burst/config.py validates
+    # it (`coreburst burst slurm-conf`); the Pulumi program declares nothing from it.
+    burst: dict[str, Any] | None = None
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:

@@ -1,6 +1,6 @@
 """The layer contract (README "Architecture"), enforced by import-linter on the real source:
 
-    coreburst > sandbox > infra > guardrails | policies | onprem | tco > common
+    coreburst > sandbox > burst > infra > guardrails | policies | onprem | tco > common
 
 A part imports only parts below it; the four products in the middle do not import each other;
 common imports none of the others; no product imports the sandbox. The contract lists no
@@ -25,7 +25,14 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
-LAYERS = ["coreburst", "sandbox", "infra", "guardrails | policies | onprem | tco", "common"]
+LAYERS = [
+    "coreburst",
+    "sandbox",
+    "burst",
+    "infra",
+    "guardrails | policies | onprem | tco",
+    "common",
+]
 # Top-level directories that hold no product code: tests, scripts, benchmarks.
 NOT_PRODUCT = {"tests", "tools", "benchmarks"}
 

@@ -337,3 +337,13 @@ def test_every_float_field_of_the_stack_config_is_finite() -> None:
                 assert cls.model_config.get("allow_inf_nan") is False, f"{cls.__name__}.{name}"
                 checked.append(f"{cls.__name__}.{name}")
     assert "Budget.monthly_usd" in checked and "Budget.thresholds_percent" in checked
+
+
+def test_a_burst_section_is_accepted_and_declares_nothing(dev_config: dict[str, Any]) -> None:
+    """`coreburst:burst` belongs to `coreburst burst slurm-conf` (burst/config.py): `pulumi up`
+    on a stack that carries it must not refuse the key, nor declare anything more."""
+    plain = evaluate_config("dev", dev_config)
+    dev_config["coreburst:burst"] = {"coreNodes": "dgx[01-04]"}
+    with_burst = evaluate_config("dev", dev_config)
+    assert with_burst.config.burst == {"coreNodes": "dgx[01-04]"}
+    assert len(with_burst.resources) == len(plain.resources)

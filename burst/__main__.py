@@ -1,0 +1,3 @@
+from burst.cli import main
+
+main()

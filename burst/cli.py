@@ -1,0 +1,185 @@
+"""``coreburst burst``: Slurm configuration and power programs for burst nodes.
+
+$ coreburst burst slurm-conf --stack prod --out /etc/slurm/coreburst
+$ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
+$ coreburst burst suspend 'p5-[1-4]' --stack prod
+"""
+
+from __future__ import annotations
+
+import logging
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from burst.config import REPO_ROOT, BurstStack, load_burst_stack
+from burst.power import (
+    Audit,
+    Power,
+    PowerInputError,
+    Scontrol,
+    resume_file_from_env,
+)
+from burst.slurmconf import (
+    render_gres,
+    render_program,
+    render_slurm_include,
+    reservation_commands,
+)
+from common.catalog import CatalogError
+from infra.config import StackConfigError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Overflow the on-prem Slurm queue to AWS: Slurm config and power programs.",
+)
+
+StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Pulumi stack name.")]
+StackDirOpt = Annotated[
+    Path, typer.Option("--stack-dir", help="Directory holding Pulumi.<stack>.yaml.")
+]
+HostlistArg = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. p5-[1-4].")]
+
+
+def _fail(msg: str) -> typer.Exit:
+    typer.echo(f"error: {msg}", err=True)
+    return typer.Exit(2)
+
+
+def _stack(stack: str, stack_dir: Path) -> BurstStack:
+    try:
+        return load_burst_stack(stack, stack_dir)
+    except (StackConfigError, CatalogError) as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command("slurm-conf")
+def slurm_conf(
+    stack: StackOpt,
+    stack_dir: StackDirOpt = REPO_ROOT,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write burst.conf, gres-burst.conf, reservations.sh and the programs "
+            "here instead of printing."
+        ),
+    ] = None,
+    cli: Annotated[
+        str, typer.Option(help="Command the rendered programs run (before 'resume ...').")
+    ] = "coreburst burst",
+    env_file: Annotated[
+        str, typer.Option(help="Shell file the programs source first (export AWS_... there).")
+    ] = "/etc/coreburst/burst.env",
+) -> None:
+    """Render the burst side of slurm.conf (an Include) and gres.conf from the stack."""
+    s = _stack(stack, stack_dir)
+    include = render_slurm_include(s)
+    gres = render_gres(s)
+    resv = reservation_commands(s, datetime.now(UTC))
+    resv_sh = "#!/bin/sh\n# Hold Capacity Block nodes outside their block.\nset -e\n" + "".join(
+        f"{c}\n" for c in resv
+    )
+    if out is None:
+        typer.echo("# ===== slurm.conf include =====")
+        typer.echo(include, nl=False)
+        typer.echo("# ===== gres.conf =====")
+        typer.echo(gres, nl=False)
+        typer.echo("# ===== reservations (run once on the controller) =====")
+        typer.echo(resv_sh, nl=False)
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "burst.conf").write_text(include)
+        (out / "gres-burst.conf").write_text(gres)
+        (out / "reservations.sh").write_text(resv_sh)
+        (out / "reservations.sh").chmod(0o755)
+        argv = shlex.split(cli)
+        programs = {
+            "resume": s.settings.resume_program,
+            "suspend": s.settings.suspend_program,
+            "resume-fail": s.settings.resume_fail_program,
+        }
+        for kind, target in programs.items():
+            p = out / Path(target).name
+            p.write_text(render_program(kind, s, argv, str(stack_dir.resolve()), env_file))
+            p.chmod(0o755)
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc.strerror}") from None
+    typer.echo(f"wrote {out}: burst.conf, gres-burst.conf, reservations.sh and 3 programs")
+
+
+def _setup_logs(s: BurstStack) -> Audit:
+    try:
+        for p in (s.settings.log_file, s.settings.audit_log):
+            p.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(s.settings.log_file, encoding="utf-8")
+        with s.settings.audit_log.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise _fail(f"cannot write the burst logs ({exc.filename}): {exc.strerror}") from None
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    logger = logging.getLogger("burst")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    return Audit(s.settings.audit_log)
+
+
+def _power(stack: str, stack_dir: Path) -> Power:
+    import boto3  # imported here: slurm-conf needs no AWS SDK start-up
+
+    s = _stack(stack, stack_dir)
+    audit = _setup_logs(s)
+    ec2 = boto3.session.Session(region_name=s.config.region).client("ec2")
+    return Power(s, ec2, Scontrol(), audit)
+
+
+def _run(program: str, power: Power, action: str, hostlist: str) -> None:
+    log = logging.getLogger("burst.power")
+    try:
+        if action == "resume":
+            result = power.resume(hostlist, resume_file_from_env())
+            if result.failed:
+                raise typer.Exit(1)
+        else:
+            power.terminate(hostlist, action)
+    except PowerInputError as exc:
+        log.error("%s %s: %s", program, hostlist, exc)
+        power.audit(f"{action}.rejected", hostlist=hostlist[:200], error=str(exc))
+        raise _fail(str(exc)) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # Slurm discards stderr: the log must say what went wrong.
+        log.exception("%s %s failed", program, hostlist)
+        power.audit(f"{action}.error", hostlist=hostlist[:200], error=type(exc).__name__)
+        typer.echo(f"error: {program}: {type(exc).__name__}: {exc}", err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def resume(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = REPO_ROOT) -> None:
+    """ResumeProgram: launch instances for the nodes (reads SLURM_RESUME_FILE)."""
+    _run("resume", _power(stack, stack_dir), "resume", hostlist)
+
+
+@app.command()
+def suspend(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = REPO_ROOT) -> None:
+    """SuspendProgram: terminate the nodes' instances."""
+    _run("suspend", _power(stack, stack_dir), "suspend", hostlist)
+
+
+@app.command("resume-fail")
+def resume_fail(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = REPO_ROOT) -> None:
+    """ResumeFailProgram: a node did not register in ResumeTimeout; terminate its instance."""
+    _run("resume-fail", _power(stack, stack_dir), "resume-fail", hostlist)
+
+
+def main() -> None:
+    app(prog_name="coreburst burst")
+
+
+if __name__ == "__main__":
+    main()

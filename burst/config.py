@@ -1,0 +1,188 @@
+"""The burst side's settings, read from the same ``Pulumi.<stack>.yaml`` as the infrastructure.
+
+The stack's clusters (instance type, node count, capacity model) say what may burst; the
+``coreburst:burst`` key says how Slurm reaches it. That key is not part of infra's
+``StackConfig`` yet, so it is taken out of the config map before the rest is validated.
+
+    >>> s = BurstSettings.model_validate({"coreNodes": "dgx[01-16]"})
+    >>> s.max_time, s.suspend_time
+    ('7-00:00:00', 600)
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from common.catalog import load_catalog
+from common.textio import read_text
+from infra.config import StackConfig, StackConfigError, parse_stack_config
+
+# The stack files live at the repository root; a controller host passes --stack-dir.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+BURST_KEY = "coreburst:burst"
+# Slurm's time format for MaxTime: [days-]hours:minutes:seconds, minutes, or UNLIMITED.
+_SLURM_TIME = re.compile(r"^(\d+-)?\d{1,2}:\d{2}:\d{2}$|^\d+$|^(UNLIMITED|INFINITE)$")
+# What one Slurm parameter value may contain in a rendered line: no spaces, '#' or newlines.
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_./@%:+=,\-\[\]]+$")
+
+
+def _slurm_time(value: str) -> str:
+    if not _SLURM_TIME.fullmatch(value):
+        raise ValueError(
+            f"{value!r} is not a Slurm time: use days-hours:minutes:seconds "
+            "(e.g. 7-00:00:00), minutes, or UNLIMITED"
+        )
+    return value
+
+
+def _safe(value: str) -> str:
+    if not _SAFE_VALUE.fullmatch(value):
+        raise ValueError(
+            f"{value!r} cannot go into slurm.conf: use letters, digits and . _ / - @ % : + = , "
+            "[ ] only (no spaces, # or newlines)"
+        )
+    return value
+
+
+SlurmTime = Annotated[str, AfterValidator(_slurm_time)]
+SafeValue = Annotated[str, AfterValidator(_safe)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
+
+
+class CapacityBlockWindow(_Model):
+    """When a Capacity Block's instances may run (from DescribeCapacityReservations:
+    StartDate / EndDate). Until ``start`` its Slurm nodes are held in a maintenance
+    reservation so no job powers them up."""
+
+    start: datetime
+    end: datetime | None = None
+
+
+class BurstSettings(_Model):
+    """``coreburst:burst`` in ``Pulumi.<stack>.yaml``; every key has a default."""
+
+    # The on-prem nodes (a Slurm hostlist): never suspended, ordered first through partitions.
+    core_nodes: SafeValue | None = None
+    core_partition: SafeValue = "core"
+    burst_partition: SafeValue = "burst"
+    spot_partition: SafeValue = "spot"
+    block_partition: SafeValue = "block"
+    # The seed rule: runs over a week stay on-prem (burst partitions refuse longer limits).
+    max_time: SlurmTime = "7-00:00:00"
+    spot_max_time: SlurmTime = "7-00:00:00"
+    # Programs slurmctld runs (as SlurmUser) with a hostlist argument.
+    resume_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume"
+    suspend_program: SafeValue = "/usr/local/sbin/coreburst-burst-suspend"
+    resume_fail_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume-fail"
+    # Seconds. A GPU instance needs minutes to boot and register.
+    suspend_time: int = Field(default=600, ge=1)
+    resume_timeout: int = Field(default=1800, ge=1)
+    suspend_timeout: int = Field(default=120, ge=1)
+    power_save_interval: int = Field(default=10, ge=1)
+    # Fraction of the instance's memory declared as RealMemory: the OS and drivers keep some,
+    # and a node that reports less than its RealMemory is set INVALID.
+    memory_fraction: float = Field(default=0.95, gt=0, le=1)
+    # Where the GPU device files are on a burst node (gres.conf File=); a trailing [0-N]
+    # range is appended per instance type.
+    gpu_device_prefix: SafeValue = "/dev/nvidia"
+    # How slurmctld reaches a resumed node: the instance's private IP (set by the resume
+    # program), or the address the node registers from (SlurmctldParameters=cloud_reg_addrs).
+    node_address: Literal["private-ip", "registration"] = "private-ip"
+    # Only for several slurmd on one machine (a lab): one Port= per cloud node from here.
+    slurmd_port_base: int | None = Field(default=None, ge=1024, le=65000)
+    capacity_blocks: dict[str, CapacityBlockWindow] = {}
+    # Logs of the power programs (slurmctld discards their stdout and stderr).
+    log_file: Path = Path("/var/log/coreburst/burst-power.log")
+    audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")
+    # Instance tag holding the Slurm node name.
+    node_tag_key: str = "coreburst-slurm-node"
+
+
+class BurstStack(BaseModel):
+    """A validated stack plus its burst settings."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    config: StackConfig
+    settings: BurstSettings
+
+
+def _format(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"])
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        msg = "unknown key; check the spelling against burst/config.py"
+    return f"{BURST_KEY}.{loc}: {msg}" if loc else f"{BURST_KEY}: {msg}"
+
+
+def parse_burst(name: str, config_map: dict[str, Any]) -> BurstStack:
+    """Validate a stack's ``config:`` map; raises StackConfigError with a one-line message."""
+    raw = dict(config_map)
+    burst_raw = raw.pop(BURST_KEY, None) or {}
+    if not isinstance(burst_raw, dict):
+        raise StackConfigError(f"{BURST_KEY}: expected a mapping of key: value")
+    stack_raw: dict[str, Any] = {}
+    for key, value in raw.items():
+        ns, _, sub = str(key).partition(":")
+        if ns == "coreburst" and sub:
+            stack_raw[sub] = value
+        elif key == "aws:region":
+            stack_raw.setdefault("region", value)
+    try:
+        settings = BurstSettings.model_validate(burst_raw)
+    except ValidationError as exc:
+        raise StackConfigError(_format(exc)) from None
+    cfg = parse_stack_config(stack_raw, load_catalog())
+    unknown = sorted(set(settings.capacity_blocks) - {c.name for c in cfg.clusters})
+    if unknown:
+        raise StackConfigError(
+            f"{BURST_KEY}.capacityBlocks: no cluster named {', '.join(unknown)} in the stack"
+        )
+    for c in cfg.clusters:
+        if c.name in settings.capacity_blocks and c.capacity.model != "capacity-block":
+            raise StackConfigError(
+                f"{BURST_KEY}.capacityBlocks.{c.name}: cluster {c.name} is "
+                f"{c.capacity.model}, not a capacity-block"
+            )
+    return BurstStack(name=name, config=cfg, settings=settings)
+
+
+def load_stack_map(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+    """The ``config:`` map of ``root/Pulumi.<stack>.yaml`` (as infra.offline reads it, without
+    importing Pulumi: the power programs start on every resume)."""
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", stack):
+        raise StackConfigError(f"{stack!r} is not a stack name (letters, digits, . _ -)")
+    path = root / f"Pulumi.{stack}.yaml"
+    if not path.is_file():
+        known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
+        raise StackConfigError(
+            f"no stack {stack!r}: {path} not found (known: {', '.join(known) or 'none'})"
+        )
+    try:
+        doc = yaml.safe_load(read_text(path, "stack file", StackConfigError)) or {}
+    except yaml.YAMLError as exc:
+        raise StackConfigError(f"{path.name}: not valid YAML ({exc})".replace("\n", " ")) from None
+    config = doc.get("config", {}) if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        raise StackConfigError(f"{path.name}: 'config' must be a mapping of key: value")
+    return config
+
+
+def load_burst_stack(stack: str, root: Path = REPO_ROOT) -> BurstStack:
+    """Read ``Pulumi.<stack>.yaml`` under ``root``; raises StackConfigError."""
+    return parse_burst(stack, load_stack_map(stack, root))

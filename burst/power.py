@@ -1,0 +1,474 @@
+"""Slurm's power-saving programs for the burst nodes: resume, suspend, resume-fail.
+
+slurmctld runs them as SlurmUser with one hostlist argument and discards their output, so
+everything goes to a log file and a JSON-lines audit log. They are thin and idempotent: Slurm
+may call resume again for a node after a controller restart, and a node that already has a
+live instance (found by its tag) gets no second one.
+
+* **resume** reads ``SLURM_RESUME_FILE`` (JSON, job -> nodes), launches each multi-node job's
+  nodes all-or-nothing and the rest best-effort with EC2 CreateFleet (``instant``) on the
+  cluster's launch template, at most 500 instances a call; tags every instance with its node
+  name; tells Slurm each node's address. Nodes that get no instance are set DOWN with the EC2
+  error code as the reason and powered down at once, so their jobs requeue now rather than
+  after ResumeTimeout.
+* **suspend** terminates the nodes' tagged instances.
+* **resume-fail** (a node did not register within ResumeTimeout) terminates them too.
+
+    $ SLURM_RESUME_FILE=/tmp/r.json coreburst burst resume p5-[1-2] --stack prod
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from burst.config import BurstStack
+from burst.hostlist import HostlistError, compress, expand
+from burst.slurmconf import NodeSet, node_set_of
+
+log = logging.getLogger("burst.power")
+
+STACK_TAG_KEY = "coreburst-stack"  # the same key infra/program.py puts on every resource
+CLUSTER_TAG_KEY = "coreburst-cluster"
+# EC2 API reference, CreateFleet: an instant fleet launches at most 500 instances per call
+# ("The maximum number of instances... for a fleet of type instant is 500").
+FLEET_BATCH = 500
+# EC2 API reference, "Filtering": at most 200 values in one filter.
+FILTER_VALUES_MAX = 200
+TAG_WORKERS = 16
+LIVE_STATES = ("pending", "running")
+# Instances a terminated node may still hold.
+HELD_STATES = ("pending", "running", "stopping", "stopped")
+FAIL_REASON = "Failure when resuming nodes"
+
+
+class PowerInputError(ValueError):
+    """Bad input to a power program (hostlist, resume file, unknown node); one line."""
+
+
+class Slurm(Protocol):
+    def scontrol(self, *args: str) -> str: ...
+
+
+@dataclass
+class Scontrol:
+    """The real ``scontrol`` (PATH, SLURM_CONF from the environment)."""
+
+    binary: str = "scontrol"
+    timeout_s: float = 30.0
+
+    def scontrol(self, *args: str) -> str:
+        proc = subprocess.run(
+            [self.binary, *args],
+            check=False,
+            capture_output=True,
+            text=True,
+            timeout=self.timeout_s,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(
+                f"scontrol {' '.join(args[:3])} failed ({proc.returncode}): "
+                f"{proc.stderr.strip()[:300]}"
+            )
+        return proc.stdout
+
+
+@dataclass
+class Audit:
+    """Append-only JSON lines (one object per event, with a UTC timestamp)."""
+
+    path: Path
+    clock: Callable[[], float] = time.time
+
+    def __call__(self, event: str, **fields: Any) -> None:
+        rec = {"ts": round(self.clock(), 3), "event": event, **fields}
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+
+
+@dataclass
+class LaunchGroup:
+    """Nodes launched together: one multi-node job (all-or-nothing) or best-effort nodes."""
+
+    label: str
+    nodes: list[str]
+    all_or_nothing: bool
+
+
+@dataclass
+class ResumeResult:
+    launched: dict[str, str] = field(default_factory=dict)  # node -> instance id
+    already: dict[str, str] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)  # node -> error code
+    fleet_calls: int = 0
+
+
+def parse_nodes(hostlist: str, nodes_of: dict[str, NodeSet]) -> list[str]:
+    try:
+        names = expand(hostlist)
+    except HostlistError as exc:
+        raise PowerInputError(f"hostlist: {exc}") from None
+    unknown = [n for n in names if n not in nodes_of]
+    if unknown:
+        known = compress(nodes_of) or "none"
+        raise PowerInputError(
+            f"{compress(unknown)} not burst nodes of this stack (its nodes: {known}); check --stack"
+        )
+    return names
+
+
+def read_resume_file(path: str) -> list[tuple[str, list[str]]]:
+    """(job id, node names) per job from Slurm's SLURM_RESUME_FILE.
+
+    slurm.conf(5), ResumeProgram: ``{"all_nodes": "...", "jobs": [{"job_id": N,
+    "nodes": "..."}]}`` in 22.05; 23.02 renamed the keys ``all_nodes_resume`` and
+    ``nodes_resume`` / ``nodes_alloc``. Both are read.
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except OSError as exc:
+        raise PowerInputError(f"SLURM_RESUME_FILE {path}: cannot read ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise PowerInputError(f"SLURM_RESUME_FILE {path}: not JSON ({exc})") from None
+    jobs = doc.get("jobs", []) if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise PowerInputError(f"SLURM_RESUME_FILE {path}: expected {{'jobs': [...]}}")
+    out = []
+    for i, job in enumerate(jobs):
+        if not isinstance(job, dict):
+            raise PowerInputError(f"SLURM_RESUME_FILE {path}: jobs[{i}] is not an object")
+        nodes = job.get("nodes_alloc") or job.get("nodes") or job.get("nodes_resume")
+        job_id = job.get("job_id")
+        if not isinstance(nodes, str) or not isinstance(job_id, int | str):
+            raise PowerInputError(
+                f"SLURM_RESUME_FILE {path}: jobs[{i}] needs job_id and nodes (a hostlist)"
+            )
+        try:
+            out.append((str(job_id), expand(nodes)))
+        except HostlistError as exc:
+            raise PowerInputError(f"SLURM_RESUME_FILE {path}: jobs[{i}].nodes: {exc}") from None
+    return out
+
+
+def launch_groups(names: list[str], jobs: list[tuple[str, list[str]]]) -> list[LaunchGroup]:
+    """Multi-node jobs first (each all-or-nothing over the job's nodes being resumed), then
+    every other node best-effort. A node claimed by two jobs goes with the first."""
+    wanted = dict.fromkeys(names)
+    taken: set[str] = set()
+    groups = []
+    for job_id, job_nodes in jobs:
+        mine = [n for n in job_nodes if n in wanted and n not in taken]
+        if len(job_nodes) > 1 and mine:
+            groups.append(LaunchGroup(f"job {job_id}", mine, all_or_nothing=True))
+            taken.update(mine)
+    rest = [n for n in wanted if n not in taken]
+    if rest:
+        groups.append(LaunchGroup("best-effort", rest, all_or_nothing=False))
+    return groups
+
+
+def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+def _error_code(exc: Exception) -> str:
+    if isinstance(exc, ClientError):
+        return str(exc.response.get("Error", {}).get("Code") or "ClientError")
+    return type(exc).__name__
+
+
+class Power:
+    """The three programs over injected clients: ``ec2`` (boto3), ``slurm`` (scontrol)."""
+
+    def __init__(self, stack: BurstStack, ec2: Any, slurm: Slurm, audit: Audit) -> None:
+        self.stack = stack
+        self.ec2 = ec2
+        self.slurm = slurm
+        self.audit = audit
+        self.nodes_of = node_set_of(stack)
+        self.node_tag = stack.settings.node_tag_key
+        self._templates: dict[str, str] | None = None
+
+    # -- EC2 lookups ----------------------------------------------------------------------
+    def instances_of(
+        self, names: Iterable[str], states: tuple[str, ...]
+    ) -> dict[str, list[dict[str, Any]]]:
+        """node -> its tagged instances of this stack in ``states``."""
+        found: dict[str, list[dict[str, Any]]] = {}
+        for chunk in _chunks(list(names), FILTER_VALUES_MAX):
+            pages = self.ec2.get_paginator("describe_instances").paginate(
+                Filters=[
+                    {"Name": f"tag:{STACK_TAG_KEY}", "Values": [self.stack.name]},
+                    {"Name": f"tag:{self.node_tag}", "Values": chunk},
+                    {"Name": "instance-state-name", "Values": list(states)},
+                ]
+            )
+            for page in pages:
+                for res in page["Reservations"]:
+                    for inst in res["Instances"]:
+                        tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                        found.setdefault(tags[self.node_tag], []).append(inst)
+        return found
+
+    def launch_template(self, cluster: str) -> str:
+        """The launch template infra declared for ``cluster``: tagged with the stack, named
+        ``<cluster>-lt`` plus Pulumi's 7-character suffix (or tagged coreburst-cluster)."""
+        if self._templates is None:
+            self._templates = {}
+            pages = self.ec2.get_paginator("describe_launch_templates").paginate(
+                Filters=[{"Name": f"tag:{STACK_TAG_KEY}", "Values": [self.stack.name]}]
+            )
+            clusters = {ns.cluster for ns in self.nodes_of.values()}
+            for page in pages:
+                for lt in page["LaunchTemplates"]:
+                    tags = {t["Key"]: t["Value"] for t in lt.get("Tags", [])}
+                    name = lt["LaunchTemplateName"]
+                    owner = tags.get(CLUSTER_TAG_KEY)
+                    if owner is None:
+                        m = re.fullmatch(r"(.+)-lt(-[a-z0-9]{7})?", name)
+                        owner = m.group(1) if m and m.group(1) in clusters else None
+                    if owner is not None:
+                        self._templates.setdefault(owner, lt["LaunchTemplateId"])
+        if cluster not in self._templates:
+            raise LookupError(cluster)
+        return self._templates[cluster]
+
+    # -- resume ---------------------------------------------------------------------------
+    def fleet_request(
+        self, ns: NodeSet, template_id: str, count: int, strict: bool
+    ) -> dict[str, Any]:
+        """The CreateFleet request for ``count`` nodes of one set (EC2 API reference,
+        CreateFleet; botocore's ec2 model checks the shape in tests)."""
+        market = ns.market
+        capacity_type = {"spot": "spot", "capacity-block": "capacity-block"}.get(
+            market, "on-demand"
+        )
+        tags = {
+            STACK_TAG_KEY: self.stack.name,
+            CLUSTER_TAG_KEY: ns.cluster,
+            **self.stack.config.tags.as_aws_tags(),
+        }
+        req: dict[str, Any] = {
+            "Type": "instant",
+            "LaunchTemplateConfigs": [
+                {
+                    "LaunchTemplateSpecification": {
+                        "LaunchTemplateId": template_id,
+                        "Version": "$Latest",
+                    }
+                }
+            ],
+            "TargetCapacitySpecification": {
+                "TotalTargetCapacity": count,
+                "DefaultTargetCapacityType": capacity_type,
+            },
+            "TagSpecifications": [
+                {
+                    "ResourceType": "instance",
+                    "Tags": [{"Key": k, "Value": v} for k, v in tags.items()],
+                }
+            ],
+        }
+        # MinTargetCapacity makes the call all-or-nothing; it needs a single instance type.
+        opts: dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True}
+        if strict:
+            opts["MinTargetCapacity"] = count
+        if capacity_type == "spot":
+            # Without an allocation strategy moto's spot path fails; EC2's default is
+            # lowest-price, which is the pool most likely to be interrupted.
+            req["SpotOptions"] = {"AllocationStrategy": "capacity-optimized", **opts}
+            req["TargetCapacitySpecification"]["SpotTargetCapacity"] = count
+        else:
+            if market == "capacity-reservation":
+                opts["CapacityReservationOptions"] = {
+                    "UsageStrategy": "use-capacity-reservations-first"
+                }
+            req["OnDemandOptions"] = opts
+            if capacity_type == "on-demand":
+                req["TargetCapacitySpecification"]["OnDemandTargetCapacity"] = count
+        return req
+
+    def _launch_batch(
+        self, ns: NodeSet, nodes: list[str], strict: bool, result: ResumeResult
+    ) -> tuple[dict[str, str], str | None]:
+        """node -> instance id for what launched, and an error code for the rest."""
+        try:
+            template = self.launch_template(ns.cluster)
+        except LookupError:
+            log.error(
+                "no launch template tagged %s=%s for cluster %s",
+                STACK_TAG_KEY,
+                self.stack.name,
+                ns.cluster,
+            )
+            return {}, "LaunchTemplateNotFound"
+        req = self.fleet_request(ns, template, len(nodes), strict)
+        result.fleet_calls += 1
+        try:
+            resp = self.ec2.create_fleet(**req)
+        except (ClientError, BotoCoreError) as exc:
+            log.error("CreateFleet for %s failed: %s", compress(nodes), exc)
+            return {}, _error_code(exc)
+        ids = [i for item in resp.get("Instances", []) for i in item.get("InstanceIds", [])]
+        errors = resp.get("Errors", [])
+        code = None
+        if len(ids) < len(nodes):
+            code = next((e.get("ErrorCode") for e in errors if e.get("ErrorCode")), None)
+            code = code or "InsufficientInstanceCapacity"
+            log.warning(
+                "CreateFleet for %s: %d of %d instances (%s)",
+                compress(nodes),
+                len(ids),
+                len(nodes),
+                code,
+            )
+        return dict(zip(nodes, ids, strict=False)), code
+
+    def _terminate(self, ids: list[str]) -> None:
+        for chunk in _chunks(ids, 1000):
+            self.ec2.terminate_instances(InstanceIds=chunk)
+
+    def _launch_group(self, group: LaunchGroup, result: ResumeResult) -> None:
+        by_set: dict[str, list[str]] = {}
+        for n in group.nodes:
+            by_set.setdefault(self.nodes_of[n].cluster, []).append(n)
+        got: dict[str, str] = {}
+        failed: dict[str, str] = {}
+        for cluster_nodes in by_set.values():
+            ns = self.nodes_of[cluster_nodes[0]]
+            for batch in _chunks(cluster_nodes, FLEET_BATCH):
+                if group.all_or_nothing and failed:
+                    failed.update(dict.fromkeys(batch, next(iter(failed.values()))))
+                    continue
+                launched, code = self._launch_batch(ns, batch, group.all_or_nothing, result)
+                got.update(launched)
+                if code is not None:
+                    failed.update({n: code for n in batch if n not in launched})
+        if group.all_or_nothing and failed and got:
+            # EC2 may not honour MinTargetCapacity across batches: undo the partial launch.
+            code = next(iter(failed.values()))
+            log.warning("%s: all-or-nothing, terminating %d launched", group.label, len(got))
+            self._terminate(list(got.values()))
+            failed.update(dict.fromkeys(got, code))
+            got = {}
+        self._tag_nodes(got)
+        result.launched.update(got)
+        result.failed.update(failed)
+
+    def _tag_nodes(self, got: dict[str, str]) -> None:
+        """One CreateTags per instance (each carries its own node name), in parallel: 500
+        sequential calls would take most of a minute on EC2. boto3 clients are thread-safe.
+        Until its tag lands an instance carries only the stack and cluster tags (an orphan
+        to the reconciler if this program dies here)."""
+
+        def tag(item: tuple[str, str]) -> None:
+            node, iid = item
+            self.ec2.create_tags(Resources=[iid], Tags=[{"Key": self.node_tag, "Value": node}])
+
+        with ThreadPoolExecutor(max_workers=TAG_WORKERS) as pool:
+            list(pool.map(tag, got.items()))
+
+    def tell_addresses(self, node_ids: dict[str, str]) -> None:
+        if self.stack.settings.node_address != "private-ip" or not node_ids:
+            return
+        by_id: dict[str, dict[str, Any]] = {}
+        for chunk in _chunks(list(node_ids.values()), FILTER_VALUES_MAX):
+            for page in self.ec2.get_paginator("describe_instances").paginate(InstanceIds=chunk):
+                for res in page["Reservations"]:
+                    for inst in res["Instances"]:
+                        by_id[inst["InstanceId"]] = inst
+        rows = []
+        for node, iid in node_ids.items():
+            inst = by_id.get(iid, {})
+            ip = inst.get("PrivateIpAddress")
+            if ip:
+                rows.append((node, ip, inst.get("PrivateDnsName") or ip))
+        for chunk in _chunks(rows, 100):
+            self.slurm.scontrol(
+                "update",
+                "nodename=" + ",".join(r[0] for r in chunk),
+                "nodeaddr=" + ",".join(r[1] for r in chunk),
+                "nodehostname=" + ",".join(r[2] for r in chunk),
+            )
+
+    def fail_nodes(self, failed: dict[str, str]) -> None:
+        """DOWN with the error code (the job requeues now), then POWER_DOWN_FORCE so the node
+        is idle~ again (REFERENCE.md, Slurm power saving: about 1 s in 22.05)."""
+        by_code: dict[str, list[str]] = {}
+        for node, code in failed.items():
+            by_code.setdefault(code, []).append(node)
+        for code, nodes in by_code.items():
+            hl = compress(nodes)
+            self.slurm.scontrol(
+                "update", f"nodename={hl}", "state=down", f"reason=(Code:{code}){FAIL_REASON}"
+            )
+            self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
+            self.audit("resume.failed", nodes=hl, code=code)
+
+    def resume(self, hostlist: str, resume_file: str | None) -> ResumeResult:
+        names = parse_nodes(hostlist, self.nodes_of)
+        jobs = read_resume_file(resume_file) if resume_file else []
+        result = ResumeResult()
+        self.audit("resume.request", nodes=compress(names), jobs=[j for j, _ in jobs])
+        try:
+            live = self.instances_of(names, LIVE_STATES)
+        except (ClientError, BotoCoreError) as exc:
+            code = _error_code(exc)
+            log.error("DescribeInstances failed: %s", exc)
+            result.failed = dict.fromkeys(names, code)
+            self.fail_nodes(result.failed)
+            return result
+        for n, insts in live.items():
+            result.already[n] = insts[0]["InstanceId"]
+        if result.already:
+            log.info("already running, not launched again: %s", compress(result.already))
+            self.audit("resume.already_running", nodes=compress(result.already))
+        todo = [n for n in names if n not in result.already]
+        for group in launch_groups(todo, jobs):
+            try:
+                self._launch_group(group, result)
+            except (ClientError, BotoCoreError) as exc:
+                code = _error_code(exc)
+                log.error("%s: %s", group.label, exc)
+                result.failed.update({n: code for n in group.nodes if n not in result.launched})
+        for node, iid in result.launched.items():
+            log.info("launched %s for node %s", iid, node)
+        if result.launched:
+            self.audit(
+                "resume.launched",
+                nodes=compress(result.launched),
+                instances=sorted(result.launched.values()),
+                fleet_calls=result.fleet_calls,
+            )
+        self.tell_addresses({**result.already, **result.launched})
+        if result.failed:
+            self.fail_nodes(result.failed)
+        return result
+
+    # -- suspend / resume-fail ------------------------------------------------------------
+    def terminate(self, hostlist: str, event: str) -> list[str]:
+        names = parse_nodes(hostlist, self.nodes_of)
+        held = self.instances_of(names, HELD_STATES)
+        ids = [i["InstanceId"] for insts in held.values() for i in insts]
+        if ids:
+            self._terminate(ids)
+        log.info("%s %s: terminated %s", event, compress(names), ids or "nothing")
+        self.audit(event, nodes=compress(names), instances=sorted(ids))
+        return ids
+
+
+def resume_file_from_env() -> str | None:
+    return os.environ.get("SLURM_RESUME_FILE") or None

@@ -1,0 +1,421 @@
+"""A real Slurm on 127.0.0.1 for the burst tests: munged, slurmctld, one slurmd per node.
+
+Adapted from the approach of shared/slurm-lab (lab.sh): a private munged socket, ``slurmd -N
+<node>`` with its own ``Port=`` per node, fake GPUs as character devices 1:3 (``mknod``),
+proctrack/linuxproc and task/none (no cgroups in a container), config_overrides so nodes may
+declare more CPUs and memory than this machine has. The burst side (cloud nodes, partitions,
+power programs) is what ``python -m burst.cli slurm-conf`` renders, included at the end.
+
+A "boot" is :class:`BootWatcher`: it sees a new running instance tagged with a node name in
+the EC2 emulator and starts that node's slurmd at least ``boot_delay`` seconds later (a slurmd
+registering in the same second as the resume request can be ignored until ResumeTimeout);
+when the instance is gone it stops that slurmd, as a terminated instance would.
+
+Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (22.05).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[3]
+BINARIES = ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch")
+DEBIAN_PACKAGES = "slurmctld slurmd slurm-client munge"
+CORE_NODES = ("core1", "core2")
+
+
+def missing_prerequisite() -> str | None:
+    """Why this machine cannot run the lab, or None."""
+    if os.geteuid() != 0:
+        return "the Slurm lab needs root (slurmd runs jobs as any user)"
+    missing = [b for b in BINARIES if shutil.which(b) is None]
+    if missing:
+        return (
+            f"Slurm binaries missing ({', '.join(missing)}): apt-get install -y {DEBIAN_PACKAGES}"
+        )
+    return None
+
+
+def wait_until(what: str, check: Callable[[], bool], timeout_s: float, every: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if check():
+                return
+        except (OSError, subprocess.SubprocessError):
+            pass
+        time.sleep(every)
+    raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` consecutive free TCP ports on 127.0.0.1."""
+    for base in range(21000, 60000, 97):
+        socks = []
+        try:
+            for p in range(base, base + count):
+                s = socket.socket()
+                s.bind(("127.0.0.1", p))
+                socks.append(s)
+            return list(range(base, base + count))
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port range")
+
+
+BASE_CONF = """\
+# Site part of the lab's slurm.conf (the core); the burst part is Include'd at the end.
+ClusterName=burstlab
+SlurmctldHost=localhost(127.0.0.1)
+SlurmctldPort={ctld_port}
+SlurmdPort={slurmd_port}
+AuthType=auth/munge
+AuthInfo=socket={lab}/munge/munge.socket,cred_expire=70
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={lab}/state
+SlurmdSpoolDir={lab}/spool/%n
+SlurmctldPidFile={lab}/run/slurmctld.pid
+SlurmdPidFile={lab}/run/slurmd-%n.pid
+SlurmctldLogFile={lab}/log/slurmctld.log
+SlurmdLogFile={lab}/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+MpiDefault=none
+SwitchType=switch/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+SchedulerType=sched/backfill
+SchedulerParameters=bf_interval=2
+SlurmdParameters=config_overrides
+GresTypes=gpu
+ReturnToService=2
+SlurmdTimeout=30
+InactiveLimit=0
+MinJobAge=300
+KillWait=5
+MailProg=/bin/true
+NodeName=DEFAULT CPUs=2 RealMemory=1000 Gres=gpu:h100:8 Feature=core State=UNKNOWN
+NodeName=core1 NodeHostname=localhost NodeAddr=127.0.0.1 Port={core1_port}
+NodeName=core2 NodeHostname=localhost NodeAddr=127.0.0.1 Port={core2_port}
+PartitionName=core Nodes=core[1-2] Default=YES MaxTime=INFINITE PriorityTier=10 State=UP
+Include {lab}/etc/burst.conf
+"""
+
+GRES_BASE = """\
+AutoDetect=off
+NodeName=core[1-2] Name=gpu Type=h100 File={lab}/dev/nvidia[0-7]
+"""
+
+# Made up for these tests; keys follow infra/config.py (StackConfig) and burst/config.py.
+STACK_YAML = """\
+config:
+  aws:region: us-east-1
+  coreburst:availabilityZone: us-east-1a
+  coreburst:tags: {{team: ml, project: lab, costCenter: cc-1, environment: dev}}
+  coreburst:budget: {{monthlyUsd: 100000}}
+  coreburst:clusters:
+    - {{name: od, instanceType: p5.48xlarge, nodes: 2, capacity: {{model: on-demand}}}}
+    - {{name: sp, instanceType: p5.48xlarge, nodes: 1, capacity: {{model: spot}}}}
+    - name: cb
+      instanceType: p5.48xlarge
+      nodes: 1
+      capacity: {{model: capacity-block, reservationId: cr-0123456789abcdef0}}
+  coreburst:burst:
+    coreNodes: core[1-2]
+    resumeProgram: {lab}/etc/coreburst-burst-resume
+    suspendProgram: {lab}/etc/coreburst-burst-suspend
+    resumeFailProgram: {lab}/etc/coreburst-burst-resume-fail
+    suspendTime: {suspend_time}
+    resumeTimeout: {resume_timeout}
+    suspendTimeout: {suspend_timeout}
+    powerSaveInterval: 1
+    gpuDevicePrefix: {lab}/dev/nvidia
+    nodeAddress: registration
+    slurmdPortBase: {burst_port_base}
+    logFile: {lab}/log/burst-power.log
+    auditLog: {lab}/log/burst-audit.jsonl
+"""
+CLOUD_NODES = ("od-1", "od-2", "sp-1", "cb-1")
+
+
+class SlurmLab:
+    def __init__(
+        self,
+        lab: Path,
+        aws_env: dict[str, str],
+        *,
+        suspend_time: int = 4,
+        resume_timeout: int = 40,
+        suspend_timeout: int = 4,
+    ) -> None:
+        self.lab = lab
+        self.aws_env = aws_env
+        self.timers = dict(
+            suspend_time=suspend_time,
+            resume_timeout=resume_timeout,
+            suspend_timeout=suspend_timeout,
+        )
+        self.conf = lab / "etc" / "slurm.conf"
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self.started: list[str] = []
+
+    # -- commands -------------------------------------------------------------------------
+    def run(
+        self, *args: str, timeout: float = 30, check: bool = True, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            list(args),
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=check,
+        )
+
+    def burst_cli(
+        self, *args: str, env: dict[str, str] | None = None, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        return self.run(
+            sys.executable,
+            "-m",
+            "burst.cli",
+            *args,
+            check=False,
+            timeout=timeout,
+            env={"PYTHONPATH": str(REPO), **(env or {})},
+        )
+
+    def node(self, name: str) -> dict[str, str]:
+        out = self.run("scontrol", "-o", "show", "node", name).stdout
+        fields: dict[str, str] = {}
+        for tok in out.split():
+            k, _, v = tok.partition("=")
+            fields.setdefault(k, v)
+        return fields
+
+    def node_state(self, name: str) -> str:
+        return self.node(name).get("State", "")
+
+    def job_state(self, job_id: str) -> tuple[str, str]:
+        out = self.run("squeue", "-h", "-j", job_id, "-o", "%T %N", check=False).stdout.split()
+        return (out[0], out[1] if len(out) > 1 else "") if out else ("GONE", "")
+
+    # -- lifecycle ------------------------------------------------------------------------
+    def render(self) -> None:
+        for d in ("etc", "state", "run", "log", "munge", "dev", "jobs"):
+            (self.lab / d).mkdir(parents=True, exist_ok=True)
+        for n in (*CORE_NODES, *CLOUD_NODES):
+            (self.lab / "spool" / n).mkdir(parents=True, exist_ok=True)
+        for i in range(8):
+            dev = self.lab / "dev" / f"nvidia{i}"
+            if not dev.exists():
+                os.mknod(dev, 0o666 | 0o020000, os.makedev(1, 3))  # char device 1:3
+        ports = free_ports(4 + len(CLOUD_NODES))
+        self.ports = ports
+        (self.lab / "Pulumi.lab.yaml").write_text(
+            STACK_YAML.format(lab=self.lab, burst_port_base=ports[4], **self.timers)
+        )
+        self.conf.write_text(
+            BASE_CONF.format(
+                lab=self.lab,
+                ctld_port=ports[0],
+                slurmd_port=ports[1],
+                core1_port=ports[2],
+                core2_port=ports[3],
+            )
+        )
+        env_file = self.lab / "etc" / "burst.env"
+        env_lines = {
+            **self.aws_env,
+            "PYTHONPATH": str(REPO),
+            "SLURM_CONF": str(self.conf),
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        }
+        env_file.write_text("".join(f"export {k}='{v}'\n" for k, v in env_lines.items()))
+        out = self.burst_cli(
+            "slurm-conf",
+            "--stack",
+            "lab",
+            "--stack-dir",
+            str(self.lab),
+            "--out",
+            str(self.lab / "etc"),
+            "--cli",
+            f"{sys.executable} -m burst.cli",
+            "--env-file",
+            str(env_file),
+        )
+        if out.returncode != 0:
+            raise RuntimeError(f"slurm-conf failed: {out.stderr}")
+        gres = GRES_BASE.format(lab=self.lab) + (self.lab / "etc" / "gres-burst.conf").read_text()
+        (self.lab / "etc" / "gres.conf").write_text(gres)
+
+    def start(self) -> SlurmLab:
+        self.render()
+        key = self.lab / "munge" / "munge.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(1024))
+            key.chmod(0o400)
+        (self.lab / "munge").chmod(0o700)
+        sock = self.lab / "munge" / "munge.socket"
+        self.run(
+            "munged",
+            "--force",
+            f"--socket={sock}",
+            f"--key-file={key}",
+            f"--pid-file={self.lab}/munge/munged.pid",
+            f"--log-file={self.lab}/log/munged.log",
+            f"--seed-file={self.lab}/munge/munged.seed",
+        )
+        self.started.append("munged")
+        wait_until(
+            "munged",
+            lambda: self.run("munge", "-S", str(sock), "-n", check=False).returncode == 0,
+            10,
+        )
+        self.run("slurmctld", "-f", str(self.conf), "-i")
+        self.started.append("slurmctld")
+        wait_until(
+            "slurmctld",
+            lambda: self.run("scontrol", "ping", check=False, timeout=5).returncode == 0,
+            30,
+        )
+        for n in CORE_NODES:
+            self.start_slurmd(n)
+        wait_until(
+            "core nodes idle",
+            lambda: (
+                self.run("sinfo", "-h", "-n", "core[1-2]", "-t", "idle", "-o", "%D").stdout.strip()
+                == "2"
+            ),
+            30,
+        )
+        return self
+
+    def start_slurmd(self, node: str, booted: bool = False) -> None:
+        """``booted``: ``slurmd -b`` reports the node as just booted, so slurmctld takes this
+        start as the boot it waits for after a resume (it compares boot time with the
+        request; the container's own uptime is far older)."""
+        self.run("slurmd", "-f", str(self.conf), *(["-b"] if booted else []), "-N", node)
+
+    def stop_slurmd(self, node: str) -> None:
+        self._stop_pidfile(self.lab / "run" / f"slurmd-{node}.pid")
+
+    def _stop_pidfile(self, pidfile: Path) -> None:
+        try:
+            pid = int(pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pidfile.unlink(missing_ok=True)
+            return
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.1)
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        pidfile.unlink(missing_ok=True)
+
+    def stop(self) -> None:
+        """Stop every daemon this lab started (bounded: 5 s each, then SIGKILL)."""
+        for pidfile in sorted((self.lab / "run").glob("slurmd-*.pid")):
+            self._stop_pidfile(pidfile)
+        self._stop_pidfile(self.lab / "run" / "slurmctld.pid")
+        self._stop_pidfile(self.lab / "munge" / "munged.pid")
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        try:
+            return "\n".join((self.lab / "log" / name).read_text().splitlines()[-lines:])
+        except OSError:
+            return f"({name}: none)"
+
+
+class BootWatcher:
+    """Plays the part of instance boot: start a node's slurmd when its tagged instance runs
+    (``boot_delay`` s after first seen), stop it when the instance is gone."""
+
+    def __init__(
+        self,
+        lab: SlurmLab,
+        ec2: Any,
+        node_tag: str = "coreburst-slurm-node",
+        boot_delay: float = 2.5,
+        every: float = 0.5,
+    ) -> None:
+        self.lab, self.ec2, self.node_tag = lab, ec2, node_tag
+        self.boot_delay, self.every = boot_delay, every
+        self.seen: dict[str, tuple[str, float]] = {}  # node -> (instance, first seen)
+        self.booted: dict[str, str] = {}  # node -> instance whose slurmd runs
+        self.boots: list[tuple[str, str]] = []
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def start(self) -> BootWatcher:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
+
+    def _live(self) -> dict[str, str]:
+        resp = self.ec2.describe_instances(
+            Filters=[
+                {"Name": "tag-key", "Values": [self.node_tag]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )
+        live = {}
+        for res in resp["Reservations"]:
+            for inst in res["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                live[tags[self.node_tag]] = inst["InstanceId"]
+        return live
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                live = self._live()
+                now = time.monotonic()
+                for node, iid in live.items():
+                    if self.seen.get(node, ("", 0.0))[0] != iid:
+                        self.seen[node] = (iid, now)
+                    if self.booted.get(node) != iid and now - self.seen[node][1] >= self.boot_delay:
+                        self.lab.stop_slurmd(node)
+                        self.lab.start_slurmd(node, booted=True)
+                        self.booted[node] = iid
+                        self.boots.append((node, iid))
+                for node in [n for n in self.booted if n not in live]:
+                    self.lab.stop_slurmd(node)
+                    del self.booted[node]
+            except Exception as exc:  # keep watching; the test reports what went wrong
+                self.errors.append(repr(exc))

@@ -1,0 +1,78 @@
+"""`coreburst burst` commands through Typer's runner: output, files, one-line errors."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from burst.cli import app
+from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
+
+runner = CliRunner()
+
+
+def test_slurm_conf_prints_include_gres_and_reservations(stack_dir: Path) -> None:
+    out = runner.invoke(app, ["slurm-conf", "--stack", "t", "--stack-dir", str(stack_dir)])
+    assert out.exit_code == 0, out.output
+    assert "NodeName=od-[1-2]" in out.output and "Name=gpu Type=h100" in out.output
+    assert "# ===== reservations" in out.output
+
+
+def test_slurm_conf_out_writes_files_and_programs(stack_dir: Path, tmp_path: Path) -> None:
+    dest = tmp_path / "etc"
+    out = runner.invoke(
+        app,
+        [
+            "slurm-conf",
+            "-s",
+            "t",
+            "--stack-dir",
+            str(stack_dir),
+            "--out",
+            str(dest),
+            "--cli",
+            "python3 -m burst.cli",
+        ],
+    )
+    assert out.exit_code == 0, out.output
+    names = sorted(p.name for p in dest.iterdir())
+    assert names == [
+        "burst.conf",
+        "coreburst-burst-resume",
+        "coreburst-burst-resume-fail",
+        "coreburst-burst-suspend",
+        "gres-burst.conf",
+        "reservations.sh",
+    ]
+    prog = dest / "coreburst-burst-resume"
+    assert os.access(prog, os.X_OK)
+    assert "exec python3 -m burst.cli resume --stack t" in prog.read_text()
+
+
+def test_bad_stack_is_one_line_exit_2(tmp_path: Path) -> None:
+    write_stack(tmp_path, "bad", stack_map(CLUSTERS[:1], {"maxTime": "forever"}))
+    for args in (
+        ["slurm-conf", "-s", "bad"],
+        ["resume", "od-1", "-s", "bad"],
+        ["slurm-conf", "-s", "missing"],
+    ):
+        out = runner.invoke(app, [*args, "--stack-dir", str(tmp_path)])
+        assert out.exit_code == 2
+        assert out.output.count("\n") == 1 and out.output.startswith("error: ")
+
+
+def test_resume_bad_hostlist_exit_2(stack_dir: Path) -> None:
+    out = runner.invoke(app, ["resume", "od-[1-", "-s", "t", "--stack-dir", str(stack_dir)])
+    assert out.exit_code == 2 and "hostlist" in out.output
+    assert "resume.rejected" in (stack_dir / "a.jsonl").read_text()
+
+
+def test_unwritable_log_is_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    write_stack(
+        tmp_path, "x", stack_map(CLUSTERS[:1], {"logFile": str(tmp_path / "file" / "p.log")})
+    )
+    out = runner.invoke(app, ["suspend", "od-1", "-s", "x", "--stack-dir", str(tmp_path)])
+    assert out.exit_code == 2 and "cannot write the burst logs" in out.output
