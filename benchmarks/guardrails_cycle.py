@@ -40,14 +40,14 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from common.telemetry import UTILIZATION_METRICS
 from guardrails.aws import Aws
 from guardrails.cli import configure_logging
-from guardrails.clock import FakeClock
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from sandbox.emulator import MotoProcess, fake_session, launch
 from guardrails.state import State
-from common.telemetry import UTILIZATION_METRICS
+from sandbox.clocks import FakeClock
+from sandbox.emulator import MotoProcess, fake_session, launch
 
 WINDOW_MIN = 30
 GPU = UTILIZATION_METRICS["nvidia"]

@@ -3,5 +3,5 @@ reclaims capacity under explicit safety rules.
 
 $ python -m guardrails check-config guardrails/examples/guardrails.yaml
 $ python -m guardrails once --config guardrails/examples/guardrails.yaml
-$ python -m guardrails demo
+$ coreburst guardrails demo   (the sandbox demo; dev setup)
 """

@@ -2,4 +2,5 @@
 
 from guardrails.cli import main
 
-main()
+if __name__ == "__main__":  # not on import (pkgutil.walk_packages imports every module)
+    main()

@@ -14,13 +14,17 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
+from common.catalog import Catalog
 from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
 from guardrails.model import DeviceSeries, Market, Node, Series
-from common.catalog import Catalog
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
 MAX_DATAPOINTS_PER_CALL = 100_800
+
+
+class AwsUnreachableError(RuntimeError):
+    """The AWS endpoint could not be reached or refused our credentials (user-fixable)."""
 
 
 class ApiCounter:

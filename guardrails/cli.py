@@ -8,32 +8,52 @@ $ coreburst guardrails demo   (the sandbox demo; dev setup)
 
 from __future__ import annotations
 
-import logging
 import os
-import signal
 import sqlite3
 import sys
-import threading
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import structlog
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from guardrails import testhooks
-from guardrails.clock import Clock
-from guardrails.config import ConfigError, GuardrailsConfig, load_config
-from guardrails.state import State
+from guardrails.clock import Clock, SystemClock
+
+# Only what `--help` needs is imported above: boto3, botocore, pydantic (the config), structlog,
+# prometheus_client, rich and the daemon are imported by the commands that use them
+# (tests/unit/guardrails/test_cli_import_time.py holds `--help` to 0.3 s of imports).
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from guardrails.config import GuardrailsConfig
+    from guardrails.state import State
+
+
+@dataclass
+class Runtime:
+    """What the commands run on: the clock and the pause hook a cycle calls at its pause
+    points (after-intent, after-action, after-enqueue). Production uses the system clock and
+    no pause; a test harness (``python -m sandbox.guardrails``) injects its own through
+    ``main(clock=..., pause=...)``."""
+
+    clock: Clock | None = None
+    pause: Callable[[str], None] | None = None
+
+    def now_clock(self) -> Clock:
+        return self.clock or SystemClock()
+
+
+runtime = Runtime()
 
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
+    # Plain (click) help and usage errors: typer's rich renderer would be a third of the
+    # import time of `--help` (tests/unit/guardrails/test_cli_import_time.py).
+    rich_markup_mode=None,
     help="Idle-GPU reclaim, spend limits and egress alerts for the AWS burst fleet.",
 )
 
@@ -43,7 +63,9 @@ ConfigOpt = Annotated[
 ]
 
 
-def _stderr_logger(*_: Any) -> structlog.PrintLogger:
+def _stderr_logger(*_: Any) -> Any:
+    import structlog
+
     # sys.stderr as it is when a line is logged, not when logging was configured: a stream
     # swapped in and closed since (a test runner's capture) must not break later logging.
     return structlog.PrintLogger(sys.stderr)
@@ -55,6 +77,10 @@ LOG_LEVELS = ("debug", "info", "warning", "error")
 def configure_logging(level: str) -> None:
     """JSON log lines on stderr at ``level`` (one of LOG_LEVELS; anything else is refused in
     one line, exit 2, rather than silently logging at info)."""
+    import logging
+
+    import structlog
+
     if level.strip().lower() not in LOG_LEVELS:
         raise fail(f"--log-level {level!r} is not a log level; use one of {', '.join(LOG_LEVELS)}")
     lvl = getattr(logging, level.strip().upper())
@@ -75,17 +101,9 @@ def fail(msg: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def clock_from_env() -> Clock:
-    """The system clock, or the test hooks' shifted one (guardrails.testhooks: only with
-    COREBURST_TEST_HOOKS=1)."""
-    try:
-        testhooks.check_pause_spec()
-        return testhooks.clock()
-    except testhooks.TestHookError as exc:
-        raise fail(str(exc)) from None
-
-
 def _load(config: Path | None) -> GuardrailsConfig:
+    from guardrails.config import ConfigError, load_config
+
     try:
         return load_config(config)
     except ConfigError as exc:
@@ -141,6 +159,8 @@ def open_state(cfg: GuardrailsConfig) -> State:
     """The SQLite state, checked before anything acts: a directory, a read-only or missing
     parent, or a corrupt file is one line (exit 2), not a traceback (and not a restart loop
     under systemd, which restarts on anything but exit 2)."""
+    from guardrails.state import State
+
     path = cfg.state.path
     st: State | None = None
     try:
@@ -169,6 +189,7 @@ def check_audit_log(cfg: GuardrailsConfig) -> None:
 @contextmanager
 def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
     from guardrails.aws import Aws
+    from guardrails.config import ConfigError
     from guardrails.daemon import Daemon
     from guardrails.slack import webhook_url
 
@@ -176,11 +197,17 @@ def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
         url = webhook_url(cfg.slack)
     except ConfigError as exc:
         raise fail(str(exc)) from None
-    clock = clock or clock_from_env()
     check_audit_log(cfg)
     state = open_state(cfg)
     try:
-        d = Daemon(cfg, Aws(cfg.aws), state, clock=clock, webhook_url=url)
+        d = Daemon(
+            cfg,
+            Aws(cfg.aws),
+            state,
+            clock=clock or runtime.now_clock(),
+            webhook_url=url,
+            pause=runtime.pause,
+        )
     except BaseException:
         state.close()
         raise
@@ -194,7 +221,7 @@ def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
 def _cycle(d: Any) -> Any:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from guardrails.daemon import AwsUnreachableError
+    from guardrails.aws import AwsUnreachableError
 
     try:
         return d.run_cycle()
@@ -255,6 +282,8 @@ def once(
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "warning",
 ) -> None:
     """Run one cycle and print what it saw and did."""
+    from rich.console import Console
+
     configure_logging(log_level)
     cfg = _load(config)
     with _daemon(cfg) as d:
@@ -268,10 +297,17 @@ def run(
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
 ) -> None:
     """Run the daemon loop: a cycle every `interval`, reloading the config file as it changes."""
+    import signal
+    import threading
+
+    import structlog
     from botocore.exceptions import BotoCoreError, ClientError
     from prometheus_client import start_http_server
 
-    from guardrails.daemon import AwsUnreachableError
+    from guardrails.aws import AwsUnreachableError
+    from guardrails.config import ConfigError, load_config
+    from guardrails.slack import webhook_url
+    from guardrails.state import State
 
     configure_logging(log_level)
     log = structlog.get_logger("guardrails")
@@ -316,8 +352,22 @@ def run(
                     m = config.stat().st_mtime
                     if m != mtime:
                         mtime = m
-                        d.cfg = load_config(config)
+                        new = load_config(config)
+                        # Everything built from the config is rebuilt (clients, outbox,
+                        # actuator, prices); a bad file or webhook file keeps the last good.
+                        d.reload(new, webhook_url=webhook_url(new.slack))
                         log.info("config.reloaded", path=str(config))
+                        # Opened once per process: these wait for a restart.
+                        later = [
+                            key
+                            for key, a, b in (
+                                ("state.path", new.state.path, cfg.state.path),
+                                ("metrics_endpoint", new.metrics_endpoint, cfg.metrics_endpoint),
+                            )
+                            if a != b
+                        ]
+                        if later:
+                            log.warning("config.needs_restart", keys=later)
                 except (ConfigError, OSError) as exc:
                     # Keep running on the last good config.
                     log.error("config.rejected", error=str(exc))
@@ -342,6 +392,10 @@ def run(
 @app.command()
 def status(config: ConfigOpt = None) -> None:
     """Marks, spend per scope, egress, blind nodes and the outbox, from the state file."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     cfg = _load(config)
     if not cfg.state.path.exists():
         if _blocker(cfg.state.path) is not None:
@@ -404,8 +458,13 @@ def explain(
     config: ConfigOpt = None,
 ) -> None:
     """Why a node is (or is not) idle, with the numbers behind the decision. Changes nothing."""
-    from guardrails.daemon import idle_params
+    from rich.console import Console
+    from rich.table import Table
+
+    from guardrails.aws import AwsUnreachableError
     from guardrails.idle import decide
+    from guardrails.messages import owner
+    from guardrails.rules.idle_reclaim import idle_params, utilization
     from guardrails.state import parse_iso
 
     configure_logging("warning")
@@ -413,8 +472,6 @@ def explain(
         raise fail(f"{instance_id!r} is not an instance id (i-...)")
     cfg = _load(config)
     with _daemon(cfg) as d:
-        from guardrails.daemon import AwsUnreachableError
-
         try:
             nodes = [n for n in d.observe() if n.instance_id == instance_id]
         except AwsUnreachableError as exc:
@@ -426,7 +483,7 @@ def explain(
                 1,
             )
         n = nodes[0]
-        util = d.utilization([n])[n.instance_id]
+        util = utilization(d.aws, cfg, [n], d.clock.now())[n.instance_id]
         row = d.state.marks().get(n.instance_id)
         dec = decide(
             n, util, parse_iso(row["marked_at"]) if row else None, d.clock.now(), idle_params(cfg)
@@ -434,7 +491,8 @@ def explain(
         c = Console()
         c.print(
             f"[bold]{n.instance_id}[/] {n.instance_type} {n.market} {n.region} "
-            f"asg={n.asg or '-'} price={d.price(n)} $/h owner: {d.owner(n)}"
+            f"asg={n.asg or '-'} price={d.prices.hourly(n)} $/h "
+            f"owner: {owner(n, cfg.reclaim.owner_tags)}"
         )
         c.print(f"state: [bold]{dec.state}[/]; next step: {dec.step} ({dec.action})")
         c.print(f"utilization: {util.reason}")
@@ -476,12 +534,15 @@ def org_scan(
 
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
 
+    from common.catalog import CatalogError, load_catalog
     from guardrails import org
     from guardrails.aws import Aws, fetch_utilization, inventory
-    from guardrails.daemon import expected_series, idle_params
     from guardrails.idle import assess_utilization
-    from common.catalog import CatalogError, load_catalog
+    from guardrails.rules.idle_reclaim import expected_series, idle_params
 
     configure_logging("warning")
     cfg = _load(config)
@@ -491,7 +552,7 @@ def org_scan(
     home = boto3.session.Session()
     home_aws = Aws(cfg.aws, home)
     catalog = load_catalog()
-    clock = clock_from_env()
+    clock = runtime.now_clock()
     try:
         sts = home_aws.client("sts", cfg.regions[0])
         home_account = str(sts.get_caller_identity()["Account"])
@@ -565,5 +626,11 @@ def org_scan(
         raise typer.Exit(1)
 
 
-def main() -> None:
+def main(*, clock: Clock | None = None, pause: Callable[[str], None] | None = None) -> None:
+    """Run the CLI. ``clock`` and ``pause`` replace the runtime's (test harnesses only;
+    ``python -m guardrails`` passes neither: the system clock, no pause)."""
+    if clock is not None:
+        runtime.clock = clock
+    if pause is not None:
+        runtime.pause = pause
     app()

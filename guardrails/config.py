@@ -59,36 +59,13 @@ from pydantic_settings import (
 )
 
 from common.catalog import load_catalog
+from common.errors import one_line as _one_line
+from common.errors import redact
 from common.telemetry import UTILIZATION_METRICS, AcceleratorKind
 from common.textio import read_text
 
 # -- secrets never reach a message ----------------------------------------------------------
-REDACTED = "<redacted>"
-# Keys whose values are secrets or may carry one (a URL can hold credentials or a token).
-_SECRET_KEY_RE = re.compile(r"url|token|secret|password|passwd|webhook|credential", re.I)
-# Values that are secrets wherever they appear: Slack webhook URLs and tokens, URLs with
-# user:password@, AWS access key ids.
-_SECRET_VALUE_RE = re.compile(
-    r"https?://hooks\.slack(?:-gov)?\.com/[^\s'\":]*"
-    r"|\bxox[abposre]-[A-Za-z0-9-]+"
-    r"|\bxapp-[A-Za-z0-9-]+"
-    r"|\b[a-z][a-z0-9+.-]*://[^/\s:@'\"]+:[^/\s@'\"]+@\S*"
-    r"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b",
-    re.I,
-)
-
-
-def redact(text: str) -> str:
-    """``text`` with every secret-looking value replaced by ``<redacted>``.
-
-    >>> redact("got 'https://hooks.slack.com/services/T0/B0/XYZ'")
-    "got '<redacted>'"
-    """
-    return _SECRET_VALUE_RE.sub(REDACTED, text)
-
-
-def is_secret_key(name: str) -> bool:
-    return bool(_SECRET_KEY_RE.search(name))
+# The rules (secret-like keys, secret-looking values) live in common.errors (redact, one_line).
 
 
 class ConfigError(ValueError):
@@ -324,6 +301,13 @@ class EgressConfig(_Strict):
     cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
 
 
+class BudgetRelayConfig(_Strict):
+    # The SQS queue AWS Budgets notifications arrive on (SNS -> SQS); unset = nothing to relay.
+    # The Lambda sets it from COREBURST_BUDGET_QUEUE_URL, which the stack's component writes.
+    queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
+
+
 class SlackConfig(_Strict):
     # The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML.
     webhook_url_file: Path | None = None
@@ -394,15 +378,18 @@ class OrgConfig(_Strict):
         return self
 
 
+# The names ``rules`` may list: the config's vocabulary. ``guardrails.rules`` registers exactly
+# these (it refuses to import otherwise), so the config never imports the rules that read it.
+RULE_NAMES = ("budget-relay", "egress-spike", "idle-reclaim", "inventory", "spend-limit")
+
+
 def _known_rules(value: list[str] | None) -> list[str] | None:
     if value is None:
         return None
-    from guardrails.rules import REGISTRY  # the registry imports this module
-
-    unknown = [n for n in value if n not in REGISTRY]
+    unknown = [n for n in value if n not in RULE_NAMES]
     if unknown:
         raise ValueError(
-            f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}"
+            f"unknown rule(s) {', '.join(unknown)}; known: {', '.join(sorted(RULE_NAMES))}"
         )
     return sorted(set(value))
 
@@ -497,6 +484,7 @@ class GuardrailsConfig(BaseSettings):
     safety: SafetyConfig = SafetyConfig()
     spend: SpendConfig = SpendConfig()
     egress: EgressConfig = EgressConfig()
+    budget_relay: BudgetRelayConfig = BudgetRelayConfig()
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
     metrics_endpoint: MetricsEndpointConfig = MetricsEndpointConfig()
@@ -546,27 +534,12 @@ def one_line(exc: ValidationError, origin: str) -> str:
     >>> try:
     ...     SlackConfig(webhook_url="https://hooks.slack.com/services/T0/B0/XYZ")
     ... except ValidationError as e:
-    ...     print(one_line(e, "g.yaml"))
-    g.yaml: webhook_url: Extra inputs are not permitted (got <redacted>)
+    ...     print(one_line(e, "g.yaml"))  # doctest: +NORMALIZE_WHITESPACE
+    g.yaml: webhook_url: Extra inputs are not permitted (got <redacted>);
+    remove it or fix its spelling
     """
-    err = exc.errors()[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "<root>"
-    from_env = _env_origin(tuple(err["loc"]))
-    if from_env:
-        origin = f"environment {from_env}"
-    msg = str(err["msg"]).removeprefix("Value error, ")
-    got = err.get("input")
-    secret = any(is_secret_key(str(p)) for p in err["loc"])
-    if secret and isinstance(got, str) and got:
-        msg = msg.replace(got, REDACTED).replace(repr(got), REDACTED)
-    if isinstance(got, dict | list | timedelta) or got is None or repr(got) in msg:
-        shown = ""  # nothing to show, or the message says it already
-    elif secret:
-        shown = f" (got {REDACTED})"
-    else:
-        text = repr(got)
-        shown = f" (got {text[:80] + '...' if len(text) > 80 else text})"
-    return redact(f"{origin}: {loc}: {msg}{shown}")
+    from_env = _env_origin(tuple(exc.errors()[0]["loc"]))
+    return _one_line(exc, f"environment {from_env}" if from_env else origin, root="<root>")
 
 
 def _env_origin(loc: tuple[Any, ...]) -> str | None:

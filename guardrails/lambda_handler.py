@@ -3,7 +3,9 @@
 Configuration arrives through the function's environment, set by the ``Guardrails`` Pulumi
 component: the daemon config as JSON (``COREBURST_CONFIG_JSON``, whose ``interval`` is the
 schedule's), the DynamoDB state table, the Slack webhook's Secrets Manager ARN and the
-budget-notification queue.
+budget-notification queue (``COREBURST_BUDGET_QUEUE_URL``, which becomes the ``budget-relay``
+rule's ``budget_relay.queue_url``). An invocation runs one daemon cycle; the relay is a rule of
+it like the others.
 
 Every invocation has its own lease owner (``lambda:<request id>``), so it hands the leader lease
 back before it returns; one that dies holding it (timeout, out of memory) blocks the next at most
@@ -18,14 +20,16 @@ from __future__ import annotations
 import json
 import os
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import boto3
 
-from guardrails.budget_relay import relay_budget_notices
 from guardrails.clock import Clock
 from guardrails.config import GuardrailsConfig, parse_config
 from guardrails.state_dynamo import DynamoState
+
+if TYPE_CHECKING:
+    from guardrails.actuator import PauseFn
 
 
 def _webhook(secret_arn: str | None) -> str | None:
@@ -45,15 +49,24 @@ def lease_ttl(cfg: GuardrailsConfig, context: Any) -> timedelta:
     return ttl
 
 
-def run(event: dict[str, Any], context: Any, *, clock: Clock | None = None) -> dict[str, Any]:
-    """``handler`` with an injectable clock (tests move time; Lambda uses the system's)."""
+def run(
+    event: dict[str, Any],
+    context: Any,
+    *,
+    clock: Clock | None = None,
+    pause: PauseFn | None = None,
+) -> dict[str, Any]:
+    """``handler`` with an injectable clock and pause hook (tests move time and stop the
+    invocation mid-cycle; Lambda uses the system clock and no pause)."""
     from guardrails.aws import Aws
     from guardrails.daemon import Daemon
 
     del event  # the schedule's payload carries nothing the cycle needs
-    cfg: GuardrailsConfig = parse_config(
-        json.dumps(json.loads(os.environ.get("COREBURST_CONFIG_JSON", "{}"))), "lambda env"
-    )
+    raw = json.loads(os.environ.get("COREBURST_CONFIG_JSON", "{}"))
+    queue = os.environ.get("COREBURST_BUDGET_QUEUE_URL")
+    if queue and isinstance(raw, dict):
+        raw.setdefault("budget_relay", {})["queue_url"] = queue
+    cfg: GuardrailsConfig = parse_config(json.dumps(raw), "lambda env")
     table = boto3.resource("dynamodb").Table(os.environ["COREBURST_STATE_TABLE"])
     state = DynamoState(table, snapshot_retention=cfg.state.snapshot_retention)
     daemon = Daemon(
@@ -61,14 +74,13 @@ def run(event: dict[str, Any], context: Any, *, clock: Clock | None = None) -> d
         Aws(cfg.aws),
         state,
         clock=clock,
+        pause=pause,
         webhook_url=_webhook(os.environ.get("COREBURST_SLACK_WEBHOOK_SECRET_ARN")),
         owner_id=f"lambda:{getattr(context, 'aws_request_id', 'local')}",
         lease_ttl=lease_ttl(cfg, context),
     )
     try:
         report = daemon.run_cycle()
-        queue = os.environ.get("COREBURST_BUDGET_QUEUE_URL")
-        relayed = relay_budget_notices(daemon, queue) if queue else 0
     finally:
         # The next invocation has another owner id: it may act only once this one's lease is
         # gone, so hand it back here rather than leave it to expire.
@@ -77,7 +89,7 @@ def run(event: dict[str, Any], context: Any, *, clock: Clock | None = None) -> d
     return {
         "nodes": report.nodes,
         "alerts_queued": report.alerts_queued,
-        "budget_notices": relayed,
+        "budget_notices": report.budget_notices,
         "errors": report.errors,
     }
 

@@ -23,11 +23,11 @@ from typing import Any
 
 from slack_sdk.webhook import WebhookClient
 
+from common.textio import read_text
 from guardrails.clock import Clock
 from guardrails.config import ConfigError, SlackConfig
 from guardrails.metrics import Metrics
 from guardrails.store import StateStore
-from common.textio import read_text
 
 WEBHOOK_ENV = "COREBURST_SLACK_WEBHOOK_URL"
 

@@ -16,6 +16,8 @@ import calendar
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from common import pricing
+
 
 def month_start(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
@@ -83,4 +85,6 @@ def crossed(spent_usd: float, limit_usd: float, thresholds_percent: list[float])
 def lustre_usd_per_hour(
     capacity_gib: float, usd_per_gb_month: float, hours_per_month: float
 ) -> float:
-    return capacity_gib * usd_per_gb_month / hours_per_month
+    """The run rate of a Lustre file system: :func:`common.pricing.lustre_usd_per_hour`, the
+    same arithmetic `coreburst plan` and the budget policy use."""
+    return pricing.lustre_usd_per_hour(capacity_gib, usd_per_gb_month, hours_per_month)

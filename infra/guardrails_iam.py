@@ -51,9 +51,19 @@ def policy_document(
 
     ``rule_actions`` maps each enabled rule to the actions it declares. ``own_resources``
     maps the daemon's own resource ARNs (state table, secret, queue, log group) to the actions
-    it needs on each one; those are scoped to the ARN itself.
+    it needs on each one; those are scoped to the ARN itself, and a rule action among them
+    (``budget-relay``'s ``sqs:ReceiveMessage``) is granted only there.
+
+    >>> doc = policy_document({"budget-relay": ["sqs:ReceiveMessage"]}, "k", "v",
+    ...                       {"arn:aws:sqs:us-east-1:1:q": ["sqs:ReceiveMessage"]})
+    >>> [(s["Sid"], s["Action"]) for s in doc["Statement"]]
+    [('GuardrailOwnResource0', ['sqs:ReceiveMessage'])]
     """
-    actions = {a for acts in rule_actions.values() for a in acts}
+    own = {arn: set(acts) for arn, acts in (own_resources or {}).items()}
+    # A rule action the daemon's own resources are granted (the budget relay's SQS calls, on
+    # the stack's queue) is allowed there only, not on every tagged resource as well.
+    on_own = set().union(*own.values()) if own else set()
+    actions = {a for acts in rule_actions.values() for a in acts} - on_own
     reads = sorted(a for a in actions if is_read_action(a))
     writes = sorted(a for a in actions if not is_read_action(a))
     statements: list[dict[str, Any]] = []
@@ -71,12 +81,12 @@ def policy_document(
                 "Condition": {"StringEquals": {f"aws:ResourceTag/{tag_key}": tag_value}},
             }
         )
-    for i, (arn, acts) in enumerate(sorted((own_resources or {}).items())):
+    for i, (arn, acts) in enumerate(sorted(own.items())):
         statements.append(
             {
                 "Sid": f"GuardrailOwnResource{i}",
                 "Effect": "Allow",
-                "Action": sorted(set(acts)),
+                "Action": sorted(acts),
                 "Resource": [arn, f"{arn}/*"] if ":log-group:" not in arn else f"{arn}:*",
             }
         )

@@ -15,10 +15,13 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from common.telemetry import UTILIZATION_METRICS
 from guardrails.aws import Aws
-from guardrails.clock import FakeClock
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
+from guardrails.spend import day_start, month_start
+from guardrails.state import State
+from sandbox.clocks import FakeClock
 from sandbox.emulator import (
     FleetNode,
     MotoProcess,
@@ -29,9 +32,6 @@ from sandbox.emulator import (
     launch_asg,
     publish,
 )
-from guardrails.spend import day_start, month_start
-from guardrails.state import State
-from common.telemetry import UTILIZATION_METRICS
 
 STEP = timedelta(minutes=10)
 

@@ -1,10 +1,10 @@
-"""Test hooks: environment variables that shift the daemon's clock or pause it mid-cycle so
-that subprocess tests and demos can drive it. None of them is read unless
-``COREBURST_TEST_HOOKS=1`` is set, so a production unit that happens to carry one (a copied
-environment file) runs on the real clock and never pauses.
+"""Test hooks: environment variables that shift the daemon's clock or pause it mid-cycle, so
+that subprocess tests and demos can drive it. Read only by the harness
+``python -m sandbox.guardrails`` (never by guardrails itself), and only with
+``COREBURST_TEST_HOOKS=1``; the harness injects what they ask for into ``guardrails.cli.main``.
 
     $ COREBURST_TEST_HOOKS=1 COREBURST_CLOCK_START=2026-01-05T10:00:00+00:00 \\
-      COREBURST_CLOCK_SPEED=10 python -m guardrails once --config g.yaml
+      COREBURST_CLOCK_SPEED=10 python -m sandbox.guardrails once --config g.yaml
 
 - ``COREBURST_CLOCK_START``: ISO datetime the clock starts at (real time offset from there).
 - ``COREBURST_CLOCK_SPEED``: how many times faster than real time it runs (a number > 0;
@@ -18,16 +18,18 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from guardrails.clock import Clock, OffsetClock, SystemClock
+from guardrails.actuator import PAUSE_POINTS
+from guardrails.clock import Clock
+from sandbox.clocks import OffsetClock
 
 ENABLE_ENV = "COREBURST_TEST_HOOKS"
 CLOCK_START_ENV = "COREBURST_CLOCK_START"
 CLOCK_SPEED_ENV = "COREBURST_CLOCK_SPEED"
 PAUSE_ENV = "COREBURST_TEST_PAUSE_AT"
-PAUSE_POINTS = ("after-intent", "after-action", "after-enqueue")
 
 
 class TestHookError(ValueError):
@@ -40,16 +42,16 @@ def enabled() -> bool:
     return os.environ.get(ENABLE_ENV, "").strip() == "1"
 
 
-def clock() -> Clock:
-    """The clock the CLI runs on: shifted/sped up by the hooks when enabled, else the system's."""
+def clock() -> Clock | None:
+    """The shifted/sped-up clock the hooks ask for, or None (the system clock)."""
     if not enabled():
-        return SystemClock()
+        return None
     start = os.environ.get(CLOCK_START_ENV, "").strip()
     speed_text = os.environ.get(CLOCK_SPEED_ENV, "").strip()
     if not start:
         if speed_text:
             raise TestHookError(f"{CLOCK_SPEED_ENV} needs {CLOCK_START_ENV} (an ISO datetime) too")
-        return SystemClock()
+        return None
     try:
         t0 = datetime.fromisoformat(start)
     except ValueError:
@@ -74,28 +76,31 @@ def clock() -> Clock:
     return OffsetClock(t0, speed)
 
 
-def check_pause_spec() -> None:
-    """Refuse a malformed ``COREBURST_TEST_PAUSE_AT`` before anything runs."""
+def pause() -> Callable[[str], None] | None:
+    """The pause hook ``COREBURST_TEST_PAUSE_AT`` asks for, or None; a malformed value is
+    refused before anything runs."""
     if not enabled():
-        return
+        return None
     spec = os.environ.get(PAUSE_ENV, "")
     if not spec:
-        return
+        return None
     point, sep, marker = spec.partition(":")
     if not sep or not marker or point not in PAUSE_POINTS:
         raise TestHookError(
             f"{PAUSE_ENV}={spec!r}: use <point>:<marker file>, point one of "
             f"{', '.join(PAUSE_POINTS)}"
         )
+    return pause_at(point, Path(marker))
 
 
-def pause_at(point: str) -> None:
-    """At ``point`` of a cycle, when asked to: write the marker file and wait (bounded) to be
+def pause_at(point: str, marker: Path) -> Callable[[str], None]:
+    """A pause hook: at ``point`` of a cycle write ``marker`` and wait (bounded) to be
     SIGKILLed by the test."""
-    if not enabled():
-        return
-    spec = os.environ.get(PAUSE_ENV, "")
-    if spec.startswith(point + ":"):
-        Path(spec.split(":", 1)[1]).write_text(point)
-        for _ in range(600):
-            time.sleep(0.1)
+
+    def hook(at: str) -> None:
+        if at == point:
+            marker.write_text(point)
+            for _ in range(600):
+                time.sleep(0.1)
+
+    return hook

@@ -1,34 +1,107 @@
-"""The guardrail rule registry.
+"""The guardrail rule registry, and the narrow context a rule runs in.
 
-Each rule registers under a kebab-case name with its typed params model (the config section it
-reads), a description, and the IAM actions it needs. A later issue generates the daemon's IAM
-policy from these declarations, and ``tests/unit/guardrails/test_rules.py`` walks the registry.
+Each rule is one module here (``inventory``, ``idle_reclaim``, ``spend_limit``,
+``egress_spike``, ``budget_relay``) that registers one ``Rule``: a kebab-case name, a
+description, its typed params model (the config section it reads), the IAM actions it calls,
+whether the config switches it on, and ``run(ctx)``. One registry drives what the daemon runs
+(``guardrails.daemon``, in registry order), what ``rules:`` may select (``config.RULE_NAMES``,
+checked equal below) and what the deployed role allows (``infra.program`` ->
+``infra.guardrails_iam``). A rule sees only its ``RuleContext``, never the daemon.
 
     >>> from guardrails.rules import REGISTRY, iam_actions
-    >>> sorted(REGISTRY)
-    ['egress-spike', 'idle-reclaim', 'inventory', 'spend-limit']
+    >>> list(REGISTRY)
+    ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay']
     >>> "ec2:StopInstances" in REGISTRY["idle-reclaim"].iam_actions
     True
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from guardrails.config import (
-    EgressConfig,
-    GuardrailsConfig,
-    IdleConfig,
-    ReclaimConfig,
-    SpendConfig,
-)
+from common.catalog import Catalog, CatalogError
+from guardrails import messages
+from guardrails.config import RULE_NAMES, GuardrailsConfig
+from guardrails.idle import Decision
+from guardrails.model import Node
 
 if TYPE_CHECKING:
-    from guardrails.daemon import Daemon
+    from guardrails.actuator import Actuator
+    from guardrails.aws import Aws, SeriesCache
+    from guardrails.clock import Clock
+    from guardrails.metrics import Metrics
+    from guardrails.slack import Alert
+    from guardrails.store import StateStore
+
+
+@dataclass
+class CycleReport:
+    """What one cycle saw and did (printed by ``once``, saved as ``last_cycle``)."""
+
+    at: datetime
+    nodes: int = 0
+    states: Counter[str] = field(default_factory=Counter)
+    decisions: list[Decision] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+    alerts_queued: int = 0
+    errors: list[str] = field(default_factory=list)
+    spend: dict[str, dict[str, float]] = field(default_factory=dict)
+    egress: dict[str, Any] = field(default_factory=dict)
+    budget_notices: int = 0
+
+
+class Prices:
+    """$/h of a node: the catalog's price, or the live spot price when ``spend.spot_price`` is
+    ``live`` and one was seen this run. Built from the config (rebuilt on reload)."""
+
+    def __init__(self, catalog: Catalog, spot_price: str) -> None:
+        self.catalog = catalog
+        self.live = spot_price == "live"
+        self.spot: dict[tuple[str, str], float] = {}
+
+    def hourly(self, n: Node) -> float | None:
+        if n.market == "spot" and self.live:
+            live = self.spot.get((n.instance_type, n.az))
+            if live is not None:
+                return live
+        try:
+            return self.catalog.hourly_price(n.instance_type, n.region, n.market)
+        except CatalogError:
+            return None
+
+
+@dataclass
+class RuleContext:
+    """All a rule may use: the (frozen) config, this cycle's nodes and report, the AWS client
+    factory (the adapter functions are ``guardrails.aws``'s), the actuator (every write goes
+    through its gate), ``alert`` (into the outbox), the state store, the clock, prices and the
+    catalog, metrics and the log."""
+
+    cfg: GuardrailsConfig
+    clock: Clock
+    state: StateStore
+    aws: Aws
+    actuator: Actuator
+    alert: Callable[[Alert, timedelta | None], None]
+    prices: Prices
+    metrics: Metrics
+    log: Any
+    report: CycleReport
+    series_cache: SeriesCache
+    nodes: list[Node] = field(default_factory=list)
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.prices.catalog
+
+    def owner(self, n: Node) -> str:
+        return messages.owner(n, self.cfg.reclaim.owner_tags)
 
 
 @dataclass(frozen=True)
@@ -40,7 +113,8 @@ class Rule:
     # Which config section holds the params, and whether the rule is switched on.
     section: Callable[[GuardrailsConfig], BaseModel]
     enabled: Callable[[GuardrailsConfig], bool]
-    run: Callable[[Daemon], None] | None = None
+    # None: the daemon runs it itself (inventory, before every other rule).
+    run: Callable[[RuleContext], None] | None = None
     example: str = ""
 
 
@@ -59,94 +133,17 @@ def iam_actions() -> list[str]:
     return sorted({a for r in REGISTRY.values() for a in r.iam_actions})
 
 
-def _run(method: str) -> Callable[[Daemon], None]:
-    def call(d: Daemon) -> None:
-        fn: Any = getattr(d, method)
-        fn()
-
-    return call
-
-
-register(
-    Rule(
-        name="inventory",
-        description=(
-            "List running accelerated instances per region, with live spot prices "
-            "(always on, whatever `rules` lists)."
-        ),
-        params=GuardrailsConfig,
-        iam_actions=("ec2:DescribeInstances", "ec2:DescribeSpotPriceHistory"),
-        section=lambda c: c,
-        enabled=lambda c: True,
-        example="regions: [us-east-1, us-east-2]",
-    )
-)
-register(
-    Rule(
-        name="idle-reclaim",
-        description=(
-            "Mark nodes whose every accelerator stayed below the threshold for the window, "
-            "warn the owner, and after the grace period stop, terminate or scale them in."
-        ),
-        params=IdleConfig,
-        iam_actions=(
-            "cloudwatch:ListMetrics",
-            "cloudwatch:GetMetricData",
-            "ec2:CreateTags",
-            "ec2:DeleteTags",
-            "ec2:StopInstances",
-            "ec2:TerminateInstances",
-            "autoscaling:TerminateInstanceInAutoScalingGroup",
-            "ec2:DescribeSpotPriceHistory",
-        ),
-        section=lambda c: c.idle,
-        enabled=lambda c: c.reclaim.enabled,
-        run=_run("rule_idle"),
-        example="idle: {threshold_percent: 5, window: 30m}\nreclaim: {grace: 1h}",
-    )
-)
-register(
-    Rule(
-        name="spend-limit",
-        description=(
-            "Live burn rate plus Cost Explorer actuals per scope; alert at thresholds of the "
-            "daily/monthly limit and optionally enforce at the hard limit."
-        ),
-        params=SpendConfig,
-        iam_actions=(
-            "ec2:DescribeSpotPriceHistory",
-            "fsx:DescribeFileSystems",
-            "directconnect:DescribeConnections",
-            "ce:GetCostAndUsage",
-            "autoscaling:DescribeAutoScalingGroups",
-            "autoscaling:UpdateAutoScalingGroup",
-            "ec2:TerminateInstances",
-        ),
-        section=lambda c: c.spend,
-        enabled=lambda c: c.spend.enabled,
-        run=_run("rule_spend"),
-        example="spend: {scopes: [{name: account, daily_limit_usd: 5000}]}",
-    )
-)
-register(
-    Rule(
-        name="egress-spike",
-        description=(
-            "Project daily egress $ from instance NetworkOut and NAT BytesOutToDestination; "
-            "alert over a threshold or a jump against the trailing baseline."
-        ),
-        params=EgressConfig,
-        iam_actions=(
-            "cloudwatch:GetMetricData",
-            "ec2:DescribeNatGateways",
-            "ce:GetCostAndUsage",
-        ),
-        section=lambda c: c.egress,
-        enabled=lambda c: c.egress.enabled,
-        run=_run("rule_egress"),
-        example="egress: {daily_threshold_usd: 500, spike_factor: 3}",
-    )
+# Registration order is run order: the budget relay reads the burn the spend rule recorded.
+from guardrails.rules import (  # noqa: E402  (the modules register into REGISTRY above)
+    budget_relay,
+    egress_spike,
+    idle_reclaim,
+    inventory,
+    spend_limit,
 )
 
-# ReclaimConfig rides along with idle-reclaim; exported so the IAM generator can document it.
-PARAM_SECTIONS: dict[str, type[BaseModel]] = {"reclaim": ReclaimConfig}
+for _module in (inventory, idle_reclaim, spend_limit, egress_spike, budget_relay):
+    register(_module.RULE)
+
+if set(REGISTRY) != set(RULE_NAMES):  # config's vocabulary and the registry are one list
+    raise RuntimeError(f"rules registered {sorted(REGISTRY)} but config knows {RULE_NAMES}")

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from common.telemetry import UTILIZATION_METRICS
 from guardrails.aws import Aws
-from guardrails.clock import FakeClock
 from guardrails.config import GuardrailsConfig, parse_config
 from guardrails.daemon import Daemon
-from sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
 from guardrails.state import State
-from common.telemetry import UTILIZATION_METRICS
+from sandbox.clocks import FakeClock
+from sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
 
 METRICS = {
     k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()

@@ -33,12 +33,12 @@ pytestmark = pytest.mark.integration
 
 
 class Daemon:
-    """`python -m guardrails run` in a subprocess, its stderr (JSON log lines) read as it
-    comes."""
+    """`python -m sandbox.guardrails run` (the CLI with the test hooks) in a subprocess, its
+    stderr (JSON log lines) read as it comes."""
 
     def __init__(self, cfg: Path, e: dict[str, str], *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "guardrails", "run", "--config", str(cfg), *args],
+            [sys.executable, "-m", "sandbox.guardrails", "run", "--config", str(cfg), *args],
             env=e,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

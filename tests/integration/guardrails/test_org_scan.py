@@ -13,9 +13,9 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
+from common.catalog import load_catalog
 from guardrails.aws import inventory
 from guardrails.org import AccountTarget, assume_role_session, discover_accounts, scan
-from common.catalog import load_catalog
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ from typing import Any
 import boto3
 import pytest
 
-from guardrails.budget_relay import relay_budget_notices
-from guardrails.clock import FakeClock
-from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
+from guardrails.config import BudgetRelayConfig
 from guardrails.state_dynamo import DynamoState, create_table
+from sandbox.clocks import FakeClock
+from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 
 from .conftest import METRICS
 from .test_daemon_loopback import fleet, step
@@ -74,21 +74,22 @@ def test_budget_notification_end_to_end(harness: Any, hook: WebhookReceiver) -> 
     sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
     sns.publish(TopicArn=topic, Message=BUDGETS_TEXT, Subject="AWS Budgets: budget-monthly")
 
+    # The relay is the budget-relay rule, on from the cycle after a reload that names the queue.
+    h.daemon.reload(h.cfg.model_copy(update={"budget_relay": BudgetRelayConfig(queue_url=queue)}))
     n = fleet(h)
-    step(h, list(n.values()), h.clock.now() - timedelta(minutes=5))
     before = len(hook.posts)
-    assert relay_budget_notices(h.daemon, queue) == 1
+    assert step(h, list(n.values()), h.clock.now() - timedelta(minutes=5)).budget_notices == 1
     posts = hook.posts[before:]
     (post,) = [p for p in posts if p["blocks"][0]["text"]["text"].startswith("Budget alert")]
     text = json.dumps(post)
     assert "budget-monthly" in text and "$48,211.07" in text
     # Enriched with the live burn from the inventory the cycle just took.
-    burn = sum(h.daemon.price(x) or 0.0 for x in h.daemon.nodes)
+    burn = sum(h.daemon.prices.hourly(x) or 0.0 for x in h.daemon.nodes)
     assert f"${burn:,.2f}/h" in text
     assert "Top spenders now: owner=" in text
     # The message is gone from the queue, and a re-run sends nothing twice.
     assert sqs.receive_message(QueueUrl=queue).get("Messages", []) == []
-    assert relay_budget_notices(h.daemon, queue) == 0
+    assert h.daemon.run_cycle().budget_notices == 0
     assert len([p for p in hook.posts if "Budget alert" in json.dumps(p)]) == 1
 
 
@@ -265,20 +266,20 @@ def _killed_invocation(stack: LambdaStack, at: datetime, point: str, marker: Pat
     """One Lambda invocation in its own process, SIGKILLed at ``point`` (as Lambda ends one at
     its timeout or out of memory: no finally runs)."""
     script = (
-        "import sys; from datetime import datetime\n"
-        "from guardrails.clock import OffsetClock\n"
+        "import sys; from datetime import datetime; from pathlib import Path\n"
+        "from sandbox.clocks import OffsetClock\n"
+        "from sandbox.hooks import pause_at\n"
         "from guardrails.lambda_handler import run\n"
         "class Context:\n"
         "    aws_request_id = 'req-killed'\n"
         "    def get_remaining_time_in_millis(self): return 120_000\n"
-        "run({}, Context(), clock=OffsetClock(datetime.fromisoformat(sys.argv[1])))"
+        "run({}, Context(), clock=OffsetClock(datetime.fromisoformat(sys.argv[1])),\n"
+        "    pause=pause_at(sys.argv[2], Path(sys.argv[3])))"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COREBURST_", "AWS_"))}
     env.update(stack.env)
-    env["COREBURST_TEST_HOOKS"] = "1"  # guardrails.testhooks
-    env["COREBURST_TEST_PAUSE_AT"] = f"{point}:{marker}"
     p = subprocess.Popen(
-        [sys.executable, "-c", script, at.isoformat()],
+        [sys.executable, "-c", script, at.isoformat(), point, str(marker)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,

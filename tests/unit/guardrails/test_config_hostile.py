@@ -5,7 +5,6 @@ overrides, region names, and the test hooks kept out of production."""
 from __future__ import annotations
 
 import json
-import re
 import types
 import typing
 from datetime import UTC, datetime, timedelta
@@ -16,9 +15,7 @@ import botocore.loaders
 import pytest
 from pydantic import BaseModel
 
-from guardrails import testhooks
 from guardrails.aws import Aws
-from guardrails.clock import FakeClock, OffsetClock, SystemClock
 from guardrails.config import (
     Between,
     ConfigError,
@@ -28,6 +25,7 @@ from guardrails.config import (
 )
 from guardrails.daemon import Daemon
 from guardrails.state import State
+from sandbox.clocks import FakeClock
 
 README = Path(__file__).parents[3] / "README.md"
 SECRET_URL = "https://hooks.slack.com/services/T0SECRET/B0SECRET/XXXXSECRETTOKEN"
@@ -66,7 +64,7 @@ def test_any_value_but_an_explicit_false_engages_the_kill_switch(
     d = _daemon(tmp_path)
     try:
         monkeypatch.setenv("COREBURST_KILL_SWITCH", value)
-        assert d.kill_switch() == "kill switch: $COREBURST_KILL_SWITCH is set"
+        assert d.actuator.kill_switch() == "kill switch: $COREBURST_KILL_SWITCH is set"
     finally:
         d.close()
         d.state.close()
@@ -81,7 +79,7 @@ def test_unset_blank_or_explicit_false_leaves_it_off(
     try:
         if value is not None:
             monkeypatch.setenv("COREBURST_KILL_SWITCH", value)
-        assert d.kill_switch() is None
+        assert d.actuator.kill_switch() is None
     finally:
         d.close()
         d.state.close()
@@ -352,47 +350,6 @@ def test_every_region_botocore_knows_is_accepted() -> None:
 def test_a_malformed_region_is_one_line(bad: str) -> None:
     msg = _one_line_error(json.dumps({"regions": ["us-east-1", bad]}))
     assert msg.startswith("g.yaml: regions.1: ") and "not an AWS region name" in msg, msg
-
-
-def test_test_hooks_are_ignored_unless_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("COREBURST_CLOCK_START", "2020-01-01T00:00:00+00:00")
-    monkeypatch.setenv("COREBURST_CLOCK_SPEED", "abc")
-    monkeypatch.setenv("COREBURST_TEST_PAUSE_AT", "nonsense")
-    assert isinstance(testhooks.clock(), SystemClock)
-    testhooks.check_pause_spec()  # ignored: no error
-    monkeypatch.setenv("COREBURST_TEST_HOOKS", "1")
-    with pytest.raises(testhooks.TestHookError, match=r"^COREBURST_CLOCK_SPEED='abc' is not"):
-        testhooks.clock()
-    monkeypatch.setenv("COREBURST_CLOCK_SPEED", "10")
-    clock = testhooks.clock()
-    assert isinstance(clock, OffsetClock) and clock.now().year == 2020
-    monkeypatch.setenv("COREBURST_CLOCK_START", "yesterday")
-    with pytest.raises(testhooks.TestHookError, match=r"^COREBURST_CLOCK_START='yesterday'"):
-        testhooks.clock()
-    with pytest.raises(testhooks.TestHookError, match=r"^COREBURST_TEST_PAUSE_AT='nonsense'"):
-        testhooks.check_pause_spec()
-
-
-@pytest.mark.parametrize("speed", ["0", "-1", "nan", "inf", "1e9"])
-def test_a_clock_speed_out_of_range_names_the_variable(
-    monkeypatch: pytest.MonkeyPatch, speed: str
-) -> None:
-    monkeypatch.setenv("COREBURST_TEST_HOOKS", "1")
-    monkeypatch.setenv("COREBURST_CLOCK_START", "2026-01-05T10:00:00+00:00")
-    monkeypatch.setenv("COREBURST_CLOCK_SPEED", speed)
-    with pytest.raises(testhooks.TestHookError, match=r"^COREBURST_CLOCK_SPEED="):
-        testhooks.clock()
-
-
-def test_no_production_module_reads_the_test_hook_variables() -> None:
-    root = Path(__file__).parents[3] / "guardrails"
-    names = re.compile(r"COREBURST_(CLOCK_START|CLOCK_SPEED|TEST_PAUSE_AT)")
-    readers = sorted(
-        p.name
-        for p in root.glob("*.py")
-        if p.name != "testhooks.py" and names.search(p.read_text())
-    )
-    assert readers == []
 
 
 def _readme_guardrails() -> str:

@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from common.telemetry import UTILIZATION_METRICS
 from guardrails.cli import app
-from guardrails.clock import FakeClock
 from guardrails.config import ConfigError, SlackConfig, parse_config
 from guardrails.rules import REGISTRY, iam_actions
 from guardrails.slack import Alert, Outbox
 from guardrails.state import State
-from common.telemetry import UTILIZATION_METRICS
+from sandbox.clocks import FakeClock
 
 EXAMPLE = Path(__file__).parents[3] / "guardrails" / "examples" / "guardrails.yaml"
 

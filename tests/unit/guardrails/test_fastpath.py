@@ -22,11 +22,11 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from moto import mock_aws
 
+from common.catalog import load_catalog
 from guardrails import fastpath
 from guardrails.aws import Aws, SeriesRef, get_metric_data, inventory
 from guardrails.config import AwsConfig
 from sandbox.emulator import fake_session, launch
-from common.catalog import load_catalog
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "aws" / "describe_instances_p5.xml"
 

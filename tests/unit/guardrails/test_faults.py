@@ -29,13 +29,13 @@ import pytest
 import structlog
 
 from guardrails.aws import Aws
-from guardrails.clock import FakeClock
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon, dead_local_holder, leader_id
-from sandbox.emulator import WebhookReceiver
 from guardrails.slack import CLAIM_MARGIN_S, Alert, Outbox
 from guardrails.state import State
 from guardrails.store import StateStore
+from sandbox.clocks import FakeClock
+from sandbox.emulator import WebhookReceiver
 
 T0 = datetime(2026, 5, 5, 12, tzinfo=UTC)
 LOG = structlog.get_logger("test")

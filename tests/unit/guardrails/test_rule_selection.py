@@ -26,13 +26,13 @@ from typer.testing import CliRunner
 
 from guardrails.aws import Aws
 from guardrails.cli import app
-from guardrails.clock import FakeClock
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from sandbox.emulator import launch
 from guardrails.rules import REGISTRY
 from guardrails.state import State
 from infra.offline import evaluate_config, load_stack_yaml
+from sandbox.clocks import FakeClock
+from sandbox.emulator import launch
 
 SPEND_EGRESS_ONLY = {
     "ce:GetCostAndUsage",
@@ -129,7 +129,7 @@ def test_check_config_rejects_an_unknown_rule_in_one_line(tmp_path: Path) -> Non
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "rules" in lines[0] and "unknown rule(s) gpu-melter" in lines[0]
-    assert "known: egress-spike, idle-reclaim, inventory, spend-limit" in lines[0]
+    assert "known: budget-relay, egress-spike, idle-reclaim, inventory, spend-limit" in lines[0]
     cfg.write_text("rules: [spend-limit]\n")
     ok = CliRunner().invoke(app, ["check-config", str(cfg)])
     assert ok.exit_code == 0 and "rules spend-limit;" in ok.output

@@ -19,12 +19,12 @@ import structlog
 from botocore.exceptions import ClientError
 
 from guardrails.aws import Aws
-from guardrails.clock import FakeClock
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon
-from sandbox.emulator import launch
 from guardrails.slack import Alert, Outbox
 from guardrails.store import StateStore
+from sandbox.clocks import FakeClock
+from sandbox.emulator import launch
 
 T0 = datetime(2026, 5, 5, 12, tzinfo=UTC)
 Make = Callable[..., Daemon]
@@ -81,7 +81,9 @@ def boom() -> str:
 
 
 def act(d: Daemon, key: str, call: Any = ok, instance_id: str | None = None) -> bool:
-    return d.execute(key, instance_id or f"i-{key}", "us-east-1", "stop", reason="test", call=call)
+    return d.actuator.execute(
+        key, instance_id or f"i-{key}", "us-east-1", "stop", reason="test", call=call
+    )
 
 
 def audit_events(d: Daemon) -> list[str]:
@@ -95,7 +97,7 @@ def test_only_the_lease_holder_acts(make: Make) -> None:
     first = make(owner="host-a")
     second = make(owner="host-b")  # a second daemon on the same store
     assert first.leader and not second.leader
-    assert second.gate() == "another daemon holds the leader lease"
+    assert second.actuator.gate() == "another daemon holds the leader lease"
     assert not act(second, "a")
     assert act(first, "a")
     assert make(owner="host-a").leader  # a restarted leader resumes its lease
@@ -124,7 +126,7 @@ def test_lease_ttl_is_what_the_daemon_was_given(make: Make, open_store: Any) -> 
 def test_cap_per_cycle(make: Make) -> None:
     d = make()
     assert [act(d, k) for k in "abc"] == [True, True, False]
-    d._actions_this_cycle = 0  # next cycle
+    d.actuator.actions_this_cycle = 0  # next cycle
     assert act(d, "c")
 
 
@@ -161,13 +163,13 @@ def test_dry_run_and_kill_switch_skip(
 def test_breaker_opens_after_consecutive_failures_and_half_opens(make: Make) -> None:
     d = make(extra="safety: {max_actions_per_cycle: 100, breaker_failures: 3}")
     assert not any(act(d, f"f{i}", boom) for i in range(3))
-    assert d.breaker_open()
+    assert d.actuator.breaker_open()
     assert not act(d, "next")  # refused without calling
     alerts = [r["dedupe_key"] for r in d.state.outbox_rows()]
     assert any(k.startswith("breaker:") for k in alerts)
     assert isinstance(d.clock, FakeClock)
     d.clock.advance(timedelta(minutes=31))
-    assert not d.breaker_open()
+    assert not d.actuator.breaker_open()
     assert act(d, "retry")
     assert d.state.get("breaker")["failures"] == 0
 
@@ -227,7 +229,7 @@ def test_crash_before_the_call_restart_drops_the_intent_and_acts_once(make: Make
     assert [r["key"] for r in make(owner="host-x").state.pending_intents()] == [key]
 
     restarted = make(owner="host-a")
-    restarted.recover_intents()
+    restarted.actuator.recover_intents()
     assert restarted.state.action(key) is None
     assert "action.intent-dropped" in audit_events(restarted)
     calls: list[str] = []
@@ -256,7 +258,7 @@ def test_crash_after_the_call_restart_confirms_it_and_alerts_once(make: Make) ->
         act(d, key, stops_then_dies, instance_id=iid)
     for _ in range(2):  # a second restart finds nothing more to do
         restarted = make(owner="host-a")
-        restarted.recover_intents()
+        restarted.actuator.recover_intents()
     row = restarted.state.action(key)
     assert (row["status"], row["detail"]) == ("done", "confirmed after restart")
     acts = [r for r in restarted.state.outbox_rows() if r["dedupe_key"] == f"act:{key}"]
@@ -268,7 +270,7 @@ def test_a_standby_never_recovers_the_leaders_intents(make: Make) -> None:
     leader = make(owner="host-a")
     assert leader.state.record_intent("k", "i-1", "us-east-1", "stop", T0)
     standby = make(owner="host-b")
-    standby.recover_intents()
+    standby.actuator.recover_intents()
     assert [r["key"] for r in standby.state.pending_intents()] == ["k"]
 
 

@@ -26,16 +26,15 @@ from prometheus_client import generate_latest
 from slack_sdk.errors import SlackObjectFormationError
 from slack_sdk.models.blocks import Block
 
+from common.telemetry import UTILIZATION_METRICS
 from guardrails.aws import Aws
-from guardrails.budget_relay import relay_budget_notices
-from guardrails.clock import FakeClock
-from guardrails.config import SlackConfig, parse_config
+from guardrails.config import BudgetRelayConfig, SlackConfig, parse_config
 from guardrails.daemon import Daemon
-from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 from guardrails.metrics import Metrics
 from guardrails.slack import Alert, Outbox, clip, fit_lines
 from guardrails.state import State
-from common.telemetry import UTILIZATION_METRICS
+from sandbox.clocks import FakeClock
+from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 
 BLOCK_KIT = "https://api.slack.com/reference/block-kit/blocks"
 METRIC_DEFS = {
@@ -203,20 +202,20 @@ metrics_endpoint: {{enabled: false}}
     queue = sqs.create_queue(QueueName="budget-events")["QueueUrl"]
     sqs.send_message(QueueUrl=queue, MessageBody=BUDGETS_TEXT.format(name=UNI * 100))
 
+    cfg = cfg.model_copy(update={"budget_relay": BudgetRelayConfig(queue_url=queue)})
     clock = FakeClock(T0)
     state = State(cfg.state.path)
     d = Daemon(cfg, Aws(cfg.aws), state, clock=clock, owner_id="test")
     try:
-        d.run_cycle()  # marks, blind, egress, spend
-        relay_budget_notices(d, queue)
+        assert d.run_cycle().budget_notices == 1  # marks, blind, egress, spend, budget relay
         clock.advance(timedelta(minutes=5))
         d.run_cycle()  # grace (5m, the shortest allowed) over: the marked nodes are acted on
         monkeypatch.setenv("COREBURST_TEST_KS", "1")
         clock.advance(timedelta(minutes=1))
         d.run_cycle()  # kill switch
         monkeypatch.delenv("COREBURST_TEST_KS")
-        d._actions_this_cycle = 0
-        d.execute("k", "i-" + "f" * 200, "us-east-1", "stop", reason="x", call=_throttled)
+        d.actuator.actions_this_cycle = 0
+        d.actuator.execute("k", "i-" + "f" * 200, "us-east-1", "stop", reason="x", call=_throttled)
         rows = [r for r in state.outbox_rows() if r["status"] != "suppressed"]
     finally:
         d.close()

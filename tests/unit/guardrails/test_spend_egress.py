@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from common.catalog import load_catalog
 from guardrails.egress import GB, project_egress, spike
 from guardrails.spend import accrue, crossed, lustre_usd_per_hour, project
-from common.catalog import load_catalog
 
 
 def test_projection_mid_month() -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from guardrails.budget_relay import notice_lines, parse_notice
+from guardrails.budget_relay import parse_notice
+from guardrails.messages import budget_notice_lines as notice_lines
 
 # The shape AWS Budgets publishes to SNS (text body; figures made up).
 BUDGETS_TEXT = """AWS Budget Notification December 02, 2026

@@ -1,0 +1,195 @@
+"""Rule ``idle-reclaim``: mark nodes whose every accelerator stayed below the threshold for the
+window, warn the owner, and after the grace period stop, terminate or scale them in (through
+the actuator's gate). A node without usable data is blind: reported, never reclaimed.
+
+The decisions are ``guardrails.idle``'s pure functions; this module fetches the series, applies
+the decision (tag, alert, act) and reports.
+
+    >>> # run(ctx)   # ctx: guardrails.rules.RuleContext
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from guardrails import aws, messages
+from guardrails.config import GuardrailsConfig, IdleConfig
+from guardrails.idle import Decision, IdleParams, Utilization, assess_utilization, decide
+from guardrails.model import DeviceSeries, Node
+from guardrails.rules import Rule, RuleContext
+from guardrails.state import iso, parse_iso
+
+
+def idle_params(cfg: GuardrailsConfig) -> IdleParams:
+    p = cfg.reclaim.protected
+    return IdleParams(
+        threshold_percent=cfg.idle.threshold_percent,
+        window=cfg.idle.window,
+        max_gap=cfg.idle.max_gap,
+        grace=cfg.reclaim.grace,
+        max_exemption=cfg.reclaim.max_exemption,
+        exempt_tag=cfg.reclaim.exempt_tag,
+        protected_asgs=frozenset(p.asg_names),
+        protected_tags=tuple((s.key, frozenset(s.values)) for s in p.tag_selectors),
+    )
+
+
+def expected_series(node: Node, cfg: GuardrailsConfig) -> int:
+    m = cfg.idle.metrics.get(node.accelerator_kind)
+    if m is None:
+        return 1
+    return node.accelerator_count if m.expect_series == "accelerator-count" else m.expect_series
+
+
+def utilization(
+    clients: aws.Aws,
+    cfg: GuardrailsConfig,
+    nodes: list[Node],
+    now: datetime,
+    cache: aws.SeriesCache | None = None,
+) -> dict[str, Utilization]:
+    """Each node's utilization over the window (``unknown`` where it could not be read)."""
+    out: dict[str, Utilization] = {}
+    params = idle_params(cfg)
+    for region in sorted({n.region for n in nodes}):
+        rn = [n for n in nodes if n.region == region]
+        cw = clients.client("cloudwatch", region)
+        series, errors = aws.fetch_utilization(cw, rn, cfg.idle, now, cache)
+        for n in rn:
+            if n.instance_id in errors:
+                out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
+                continue
+            s: DeviceSeries = series.get(n.instance_id, {})
+            out[n.instance_id] = assess_utilization(s, expected_series(n, cfg), now, params)
+    return out
+
+
+def run(ctx: RuleContext) -> None:
+    now = ctx.clock.now()
+    params = idle_params(ctx.cfg)
+    utils = utilization(ctx.aws, ctx.cfg, ctx.nodes, now, ctx.series_cache)
+    marks = ctx.state.marks()
+    mark_tag = ctx.cfg.reclaim.mark_tag
+    report = ctx.report
+    for n in ctx.nodes:
+        row = marks.get(n.instance_id)
+        marked_at = parse_iso(row["marked_at"]) if row else None
+        if marked_at is None and mark_tag in n.tags:
+            try:  # the tag survives a lost state file
+                marked_at = parse_iso(n.tags[mark_tag])
+            except ValueError:
+                marked_at = None
+        d = decide(n, utils[n.instance_id], marked_at, now, params)
+        report.decisions.append(d)
+        report.states[d.state] += 1
+        ctx.actuator.audit(
+            "decision",
+            instance_id=n.instance_id,
+            state=d.state,
+            step=d.step,
+            action=d.action,
+            reason=d.reason,
+        )
+        _apply(ctx, n, d)
+    for st in ("idle", "busy", "unknown"):
+        ctx.metrics.nodes.labels(st).set(report.states.get(st, 0))
+    blind = [d for d in report.decisions if d.state == "unknown"]
+    if blind:
+        ctx.alert(messages.blind(blind), timedelta(hours=6))
+
+
+def _apply(ctx: RuleContext, n: Node, d: Decision) -> None:
+    act = ctx.actuator
+    if not act.leader and d.step != "none":
+        # A standby daemon decides and reports but never tags or acts.
+        act.audit("standby.skip", instance_id=n.instance_id, step=d.step)
+        return
+    now = ctx.clock.now()
+    cfg = ctx.cfg
+    ec2 = ctx.aws.client("ec2", n.region)
+    price = messages.price_text(ctx.prices.hourly(n))
+    dry = act.dry_run
+    if d.step == "mark":
+        if not dry:
+            ks = act.kill_switch()
+            if ks:
+                act.audit("mark.skipped", instance_id=n.instance_id, because=ks)
+                return
+            try:
+                aws.tag_instance(ec2, n.instance_id, cfg.reclaim.mark_tag, iso(now))
+            except (ClientError, BotoCoreError) as exc:
+                act.api_failure(f"tag {n.instance_id}", exc)
+                return
+        ctx.state.add_mark(n.instance_id, n.region, now, d.action, reason=d.reason, dry=dry)
+        act.audit(
+            "mark",
+            instance_id=n.instance_id,
+            action=d.action,
+            reason=d.reason,
+            act_after=d.act_after,
+            dry_run=dry,
+        )
+        ctx.alert(
+            messages.idle_marked(
+                n,
+                d,
+                now=now,
+                price=price,
+                who=ctx.owner(n),
+                exempt_tag=cfg.reclaim.exempt_tag,
+                max_exemption_days=cfg.reclaim.max_exemption.days,
+                dry_run=dry,
+            ),
+            timedelta(0),
+        )
+    elif d.step == "unmark":
+        row = ctx.state.marks().get(n.instance_id)
+        if not (row and row["dry_run"]) and not act.kill_switch():
+            try:
+                aws.untag_instance(ec2, n.instance_id, cfg.reclaim.mark_tag)
+            except (ClientError, BotoCoreError) as exc:
+                act.api_failure(f"untag {n.instance_id}", exc)
+                return
+        ctx.state.remove_mark(n.instance_id)
+        act.audit("unmark", instance_id=n.instance_id, reason=d.reason)
+        ctx.alert(messages.idle_unmarked(n, d, who=ctx.owner(n)), timedelta(0))
+    elif d.step == "act":
+        key = f"reclaim:{n.instance_id}:{iso(d.marked_at) if d.marked_at else ''}"
+        asg = ctx.aws.client("autoscaling", n.region)
+        ok = act.execute(
+            key,
+            n.instance_id,
+            n.region,
+            d.action,
+            reason=d.reason,
+            call=lambda: aws.reclaim(ec2, asg, n, d.action),
+        )
+        if ok:
+            ctx.state.remove_mark(n.instance_id)
+            ctx.alert(messages.reclaimed(key, n, d, price=price, who=ctx.owner(n)), timedelta(0))
+
+
+RULE = Rule(
+    name="idle-reclaim",
+    description=(
+        "Mark nodes whose every accelerator stayed below the threshold for the window, "
+        "warn the owner, and after the grace period stop, terminate or scale them in."
+    ),
+    params=IdleConfig,
+    iam_actions=(
+        "cloudwatch:ListMetrics",
+        "cloudwatch:GetMetricData",
+        "ec2:CreateTags",
+        "ec2:DeleteTags",
+        "ec2:StopInstances",
+        "ec2:TerminateInstances",
+        "autoscaling:TerminateInstanceInAutoScalingGroup",
+        "ec2:DescribeSpotPriceHistory",
+    ),
+    section=lambda c: c.idle,
+    enabled=lambda c: c.reclaim.enabled,
+    run=run,
+    example="idle: {threshold_percent: 5, window: 30m}\nreclaim: {grace: 1h}",
+)

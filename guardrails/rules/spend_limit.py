@@ -1,0 +1,214 @@
+"""Rule ``spend-limit``: the live burn rate (instances, Lustre, Direct Connect ports) plus Cost
+Explorer actuals per scope; alert at the thresholds of each daily/monthly limit and, for a
+scope with ``enforce: true``, scale its ASGs to zero and terminate its one-time spot instances
+at the hard limit (through the actuator's gate).
+
+    >>> # run(ctx)   # ctx: guardrails.rules.RuleContext
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from common.catalog import CatalogError
+from guardrails import aws, messages
+from guardrails.config import SpendConfig
+from guardrails.idle import exemption_status, protection_status
+from guardrails.rules import Rule, RuleContext
+from guardrails.rules.idle_reclaim import idle_params
+from guardrails.spend import accrue, crossed, day_start, lustre_usd_per_hour, month_start, project
+from guardrails.state import iso, parse_iso
+
+
+def _in_scope(tags: dict[str, str], key: str | None, value: str | None) -> bool:
+    return key is None or tags.get(key) == value
+
+
+def cost_explorer_cached(ctx: RuleContext, cache_key: str, fetch: Callable[[], float]) -> float:
+    """A Cost Explorer figure, fetched at most every ``spend.cost_explorer_refresh`` (each
+    request costs money); the last value stands in when a fetch fails."""
+    now = ctx.clock.now()
+    cached = ctx.state.get(cache_key)
+    if cached and now - parse_iso(cached["at"]) < ctx.cfg.spend.cost_explorer_refresh:
+        return float(cached["value"])
+    try:
+        v = fetch()
+    except (ClientError, BotoCoreError) as exc:
+        ctx.report.errors.append(f"cost explorer: {type(exc).__name__}")
+        return float(cached["value"]) if cached else 0.0
+    ctx.state.put(cache_key, {"at": iso(now), "value": v})
+    return v
+
+
+def run(ctx: RuleContext) -> None:
+    now = ctx.clock.now()
+    cfg = ctx.cfg.spend
+    hpm = ctx.catalog.hours_per_month
+    fs_list: list[aws.LustreFs] = []
+    dx_list: list[tuple[str, str, dict[str, str]]] = []
+    for region in ctx.cfg.regions:
+        if cfg.include_lustre:
+            try:
+                fs_list.extend(aws.lustre_file_systems(ctx.aws.client("fsx", region)))
+            except (ClientError, BotoCoreError) as exc:
+                ctx.report.errors.append(f"fsx {region}: {type(exc).__name__}")
+        if cfg.direct_connect_ports is None:
+            try:
+                dx_list.extend(aws.dx_connections(ctx.aws.client("directconnect", region)))
+            except (ClientError, BotoCoreError) as exc:
+                ctx.report.errors.append(f"directconnect {region}: {type(exc).__name__}")
+    for p in cfg.direct_connect_ports or []:
+        dx_list.extend((f"configured-{i}", p.bandwidth, {}) for i in range(p.count))
+    ce = ctx.aws.client("ce", "us-east-1")
+    for scope in cfg.scopes:
+        tag = (scope.tag_key, scope.tag_value) if scope.tag_key and scope.tag_value else None
+        burn = 0.0
+        for n in ctx.nodes:
+            if _in_scope(n.tags, scope.tag_key, scope.tag_value):
+                burn += ctx.prices.hourly(n) or 0.0
+        for fs in fs_list:
+            if _in_scope(fs.tags, scope.tag_key, scope.tag_value):
+                try:
+                    per_gb = ctx.catalog.lustre_price(fs.deployment_type, fs.throughput)
+                except CatalogError:
+                    continue
+                burn += lustre_usd_per_hour(fs.capacity_gib, per_gb, hpm)
+        for _cid, bw, tags in dx_list:
+            if _in_scope(tags, scope.tag_key, scope.tag_value):
+                try:
+                    burn += ctx.catalog.dx_port_price(bw)
+                except CatalogError:
+                    continue
+        actual = 0.0
+        if cfg.cost_explorer:
+            ms, ds = month_start(now), day_start(now)
+            actual = cost_explorer_cached(
+                ctx,
+                f"ce:{scope.name}:{ms.date()}:{ds.date()}",
+                functools.partial(aws.cost_explorer_actuals, ce, ms, ds, tag),
+            )
+        last = ctx.state.last_spend(scope.name)
+        prev_at = parse_iso(last["ts"]) if last else None
+        today = accrue(last["today"] if last else 0.0, prev_at, burn, now)
+        proj = project(actual, today, burn, now)
+        ctx.state.add_spend(
+            now,
+            scope.name,
+            burn=burn,
+            today=today,
+            mtd=proj.month_to_date_usd,
+            proj=proj.projected_month_usd,
+        )
+        ctx.metrics.burn.labels(scope.name).set(burn)
+        ctx.report.spend[scope.name] = {
+            "burn_usd_per_hour": burn,
+            "today_usd": proj.today_usd,
+            "projected_today_usd": proj.projected_today_usd,
+            "month_to_date_usd": proj.month_to_date_usd,
+            "projected_month_usd": proj.projected_month_usd,
+            "cost_explorer_actual_usd": actual,
+        }
+        ctx.actuator.audit("spend", scope=scope.name, **ctx.report.spend[scope.name])
+        hard = False
+        for period, spent, limit in (
+            (f"daily:{now.date()}", proj.today_usd, scope.daily_limit_usd),
+            (f"monthly:{now.strftime('%Y-%m')}", proj.month_to_date_usd, scope.monthly_limit_usd),
+        ):
+            if limit is None:
+                continue
+            hit = crossed(spent, limit, cfg.thresholds_percent)
+            if not hit:
+                continue
+            hard = hard or spent >= limit
+            for lower in hit[:-1]:  # crossed together: one message, all remembered
+                key = f"spend:{scope.name}:{period}:{lower:g}"
+                ctx.state.remember(key, key, now)
+            ctx.alert(
+                messages.spend_threshold(
+                    scope.name,
+                    period,
+                    hit[-1],
+                    spent=spent,
+                    limit=limit,
+                    burn=burn,
+                    projected_month=proj.projected_month_usd,
+                    enforce=scope.enforce,
+                ),
+                timedelta(0),
+            )
+        if hard and scope.enforce:
+            _enforce(ctx, scope.name, tag)
+
+
+def _enforce(ctx: RuleContext, scope: str, tag: tuple[str, str] | None) -> None:
+    now = ctx.clock.now()
+    params = idle_params(ctx.cfg)
+    period = now.strftime("%Y-%m-%d")
+    for region in ctx.cfg.regions:
+        asgc = ctx.aws.client("autoscaling", region)
+        ec2 = ctx.aws.client("ec2", region)
+        for g in aws.scope_asgs(asgc, tag):
+            name = g["AutoScalingGroupName"]
+            tags = {t["Key"]: t["Value"] for t in g.get("Tags", [])}
+            if name in params.protected_asgs or exemption_status(tags, now, params)[0]:
+                continue
+            if g.get("DesiredCapacity", 0) == 0:
+                continue
+            ctx.actuator.execute(
+                f"enforce-asg:{name}:{period}",
+                name,
+                region,
+                "scale-to-zero",
+                reason=f"hard spend limit of scope {scope}",
+                call=functools.partial(_scale_to_zero, asgc, name),
+            )
+        for n in ctx.nodes:
+            if n.region != region or n.market != "spot" or n.asg:
+                continue
+            if tag and n.tags.get(tag[0]) != tag[1]:
+                continue
+            if exemption_status(n.tags, now, params)[0] or protection_status(n, params)[0]:
+                continue
+            # A one-time spot instance cannot be stopped; terminating is what AWS would do
+            # on interruption anyway.
+            ctx.actuator.execute(
+                f"enforce-spot:{n.instance_id}:{period}",
+                n.instance_id,
+                region,
+                "enforce-spot",
+                reason=f"hard spend limit of scope {scope}",
+                call=functools.partial(aws.reclaim, ec2, None, n, "terminate"),
+            )
+
+
+def _scale_to_zero(asgc: Any, name: str) -> str:
+    aws.scale_to_zero(asgc, name)
+    return "UpdateAutoScalingGroup"
+
+
+RULE = Rule(
+    name="spend-limit",
+    description=(
+        "Live burn rate plus Cost Explorer actuals per scope; alert at thresholds of the "
+        "daily/monthly limit and optionally enforce at the hard limit."
+    ),
+    params=SpendConfig,
+    iam_actions=(
+        "ec2:DescribeSpotPriceHistory",
+        "fsx:DescribeFileSystems",
+        "directconnect:DescribeConnections",
+        "ce:GetCostAndUsage",
+        "autoscaling:DescribeAutoScalingGroups",
+        "autoscaling:UpdateAutoScalingGroup",
+        "ec2:TerminateInstances",
+    ),
+    section=lambda c: c.spend,
+    enabled=lambda c: c.spend.enabled,
+    run=run,
+    example="spend: {scopes: [{name: account, daily_limit_usd: 5000}]}",
+)
