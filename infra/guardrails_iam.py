@@ -59,7 +59,7 @@ def policy_document(
     >>> [(s["Sid"], s["Action"]) for s in doc["Statement"]]
     [('GuardrailOwnResource0', ['sqs:ReceiveMessage'])]
     """
-    own = {arn: set(acts) for arn, acts in (own_resources or {}).items()}
+    own = {arn: set(acts) for arn, acts in (own_resources or {}).items() if acts}
     # A rule action the daemon's own resources are granted (the budget relay's SQS calls, on
     # the stack's queue) is allowed there only, not on every tagged resource as well.
     on_own = set().union(*own.values()) if own else set()

@@ -166,11 +166,9 @@ class Guardrails(pulumi.ComponentResource):
                     own_resources={
                         arns[0]: list(STATE_TABLE_ACTIONS),
                         arns[1]: ["secretsmanager:GetSecretValue"],
-                        arns[2]: [
-                            "sqs:ReceiveMessage",
-                            "sqs:DeleteMessage",
-                            "sqs:GetQueueAttributes",
-                        ],
+                        # What the budget-relay rule declares (guardrails/rules/
+                        # budget_relay.py), on this queue only; nothing when it is off.
+                        arns[2]: list(args.rule_actions.get("budget-relay", ())),
                         arns[3]: ["logs:CreateLogStream", "logs:PutLogEvents"],
                     },
                 )

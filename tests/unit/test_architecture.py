@@ -7,8 +7,9 @@ common imports none of the others; no product imports the sandbox. The contract 
 exceptions (no ignore_imports), and every top-level package is under it. ``make arch`` prints
 the graph (``tools/import_graph.py``) and runs the same linter.
 
-Also measured here: ``coreburst guardrails --help`` imports no Pulumi, Ansible or matplotlib and
-spends at most 0.3 s importing (``python -X importtime``).
+Also here: listing the commands (``coreburst --help``, ``coreburst tco --help``) imports no
+Pulumi or Ansible. The 0.3 s bar for ``coreburst guardrails --help`` is measured in
+tests/unit/guardrails/test_cli_import_time.py.
 """
 
 from __future__ import annotations
@@ -120,20 +121,6 @@ def _import_times(argv: list[str]) -> tuple[set[str], float]:
             modules.add(m.group(2))
     assert modules, out.stderr[-2000:]
     return modules, total_us / 1e6
-
-
-def test_guardrails_help_imports_no_other_product_quickly() -> None:
-    runs = [_import_times(["guardrails", "--help"]) for _ in range(3)]
-    modules = runs[0][0]
-    heavy = sorted(
-        m for m in modules if m.split(".")[0] in {"pulumi", "pulumi_aws", "ansible", "matplotlib"}
-    )
-    heavy += sorted(m for m in modules if m.split(".")[0] == "ansible_runner")
-    assert heavy == []
-    assert any(m.startswith("guardrails") for m in modules), "it loads its own command"
-    # The best of three: the machine is shared, and the bar is what the code costs.
-    best = min(seconds for _, seconds in runs)
-    assert best <= 0.3, f"{best:.3f} s of imports for `coreburst guardrails --help`"
 
 
 @pytest.mark.parametrize("argv", [["--help"], ["tco", "--help"]])
