@@ -136,6 +136,10 @@ def render_slurm_include(stack: BurstStack, catalog: Catalog | None = None) -> s
     ]
     if s.node_address == "registration":
         params.append("cloud_reg_addrs")
+    if s.node is not None and s.node.conf_mode == "configless":
+        # slurm.conf(5): burst nodes started with --conf-server fetch their config from
+        # slurmctld only with enable_configless; this line replaces the site's own value.
+        params.append("enable_configless")
     lines = [
         f"# coreburst burst nodes for stack {stack.name!r} (coreburst burst slurm-conf).",
         "# Generated: edit Pulumi.<stack>.yaml (coreburst:clusters, coreburst:burst), not this.",

@@ -429,6 +429,103 @@ class GuardrailsDeploy(_Model):
     dry_run: bool = True
 
 
+def _conf_server(value: str) -> str:
+    # slurmd(8) --conf-server: "Comma-separated list of controllers, the first being the
+    # primary slurmctld. A port can (optionally) be specified for each controller."
+    host = r"[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}[A-Za-z0-9])?(?::\d{1,5})?"
+    if not re.fullmatch(f"{host}(?:,{host})*", value):
+        raise ValueError(
+            f"{value!r} is not a Slurm conf server: use host[:port], comma-separated for a "
+            "backup controller (e.g. slurmctl.corp.example:6817)"
+        )
+    return value
+
+
+def _arn(service: str, resource: str) -> Any:
+    pattern = re.compile(
+        rf"arn:aws[a-z-]*:{service}:[a-z0-9-]+:\d{{12}}:{resource}[A-Za-z0-9/_+=.@!-]+"
+    )
+
+    def check(value: str) -> str:
+        if not pattern.fullmatch(value):
+            raise ValueError(
+                f"{value!r} is not a {service} {resource.rstrip(':/')} ARN "
+                f"(arn:aws:{service}:<region>:<account>:{resource}...)"
+            )
+        return value
+
+    return AfterValidator(check)
+
+
+class BurstNode(_Model):
+    """``coreburst:burst.node``: how a burst node joins the on-prem Slurm controller over the
+    hybrid link. The munge key comes from Secrets Manager (SecretBinary), the Slurm
+    configuration from SSM Parameter Store, the node name from the instance's tag."""
+
+    # configless: slurmd fetches slurm.conf, gres.conf, ... from slurmctld (slurmd
+    # --conf-server; the controller's SlurmctldParameters needs enable_configless).
+    # file: the parameter holds the whole slurm.conf (standard parameters hold 4 KB,
+    # advanced 8 KB; configless has no such limit).
+    conf_mode: Literal["configless", "file"] = "configless"
+    # configless: the stack declares a String parameter with this value.
+    conf_server: Annotated[str, AfterValidator(_conf_server)] | None = None
+    # An existing parameter instead (its value: the conf server, or slurm.conf in file mode).
+    slurm_conf_parameter_arn: Annotated[str, _arn("ssm", "parameter/")] | None = None
+    # An existing secret with the munge key; None: the stack declares an empty one (put the
+    # key with `aws secretsmanager put-secret-value --secret-binary fileb:///etc/munge/munge.key`).
+    munge_key_secret_arn: Annotated[str, _arn("secretsmanager", "secret:")] | None = None
+    # The resume program tags an instance after CreateFleet returns: wait this long for it.
+    tag_wait_seconds: int = Field(default=600, ge=10, le=3600)
+    # Install slurmd and munge with apt-get when the image has none (the packaged Slurm must
+    # be within the controller's supported versions; bake them into the AMI to pin one).
+    install_packages: bool = True
+
+    @model_validator(mode="after")
+    def _source(self) -> BurstNode:
+        if self.conf_server and self.slurm_conf_parameter_arn:
+            raise ValueError("set confServer or slurmConfParameterArn, not both")
+        if self.conf_mode == "file" and not self.slurm_conf_parameter_arn:
+            raise ValueError(
+                "confMode file needs slurmConfParameterArn: the SSM parameter holding slurm.conf"
+            )
+        if self.conf_mode == "configless" and not (
+            self.conf_server or self.slurm_conf_parameter_arn
+        ):
+            raise ValueError(
+                "confServer is missing: the slurmctld host[:port] burst nodes fetch their "
+                "configuration from (or slurmConfParameterArn holding it)"
+            )
+        return self
+
+
+class BurstSection(_Model):
+    """``coreburst:burst``. burst/config.py validates the controller side (``coreburst burst
+    slurm-conf``); the Pulumi program reads only what a burst node needs to join."""
+
+    model_config = ConfigDict(
+        extra="allow",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        allow_inf_nan=False,
+    )
+
+    node: BurstNode | None = None
+    # Instance tag holding the Slurm node name (the resume program sets it).
+    node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = (
+        "coreburst-slurm-node"
+    )
+
+    @model_validator(mode="after")
+    def _node(self) -> BurstSection:
+        if self.node is None:
+            raise ValueError(
+                "node is missing: burst nodes must join the on-prem controller; set "
+                "node.confServer: <slurmctld host[:port]> (see infra/config.py BurstNode)"
+            )
+        return self
+
+
 class StackConfig(_Model):
     region: Annotated[str, AfterValidator(_region)]
     availability_zone: str
@@ -440,9 +537,9 @@ class StackConfig(_Model):
     budget: Budget
     checkpoints: CheckpointStore = CheckpointStore()
     guardrails: GuardrailsDeploy = GuardrailsDeploy()
-    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes. burst/config.py validates
-    # it (`coreburst burst slurm-conf`); the Pulumi program declares nothing from it.
-    burst: dict[str, Any] | None = None
+    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes (burst/config.py) and
+    # how a burst node joins it (`node`: user data, its secret, parameter and IAM grants).
+    burst: BurstSection | None = None
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:

@@ -16,7 +16,7 @@ import pulumi_aws as aws
 from common.catalog import load_catalog
 from infra.components.budget import Budget, BudgetArgs
 from infra.components.checkpoint_store import CheckpointStore
-from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs
+from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs, declare_slurm_join
 from infra.components.guardrails import Guardrails, GuardrailsArgs
 from infra.components.hybrid_link import HybridLink, HybridLinkArgs
 from infra.components.lustre import Lustre, LustreArgs
@@ -80,6 +80,20 @@ def build(
             opts=opts,
         )
 
+    join = None
+    if cfg.burst is not None and cfg.burst.node is not None:
+        # One munge key and one Slurm parameter for every burst node of the stack.
+        join = declare_slurm_join(
+            stack,
+            cfg.region,
+            cfg.burst.node,
+            cfg.burst.node_tag_key,
+            opts=opts,
+            gpu_device_prefix=str(
+                (cfg.burst.model_extra or {}).get("gpuDevicePrefix", "/dev/nvidia")
+            ),
+        )
+
     clusters = []
     for c in cfg.clusters:
         clusters.append(
@@ -97,6 +111,7 @@ def build(
                     lustre_dns=lustre.file_system.dns_name if lustre else None,
                     lustre_mount_name=lustre.file_system.mount_name if lustre else None,
                     lustre_efa=bool(cfg.lustre and cfg.lustre.efa_enabled),
+                    slurm_join=join,
                 ),
                 opts=opts,
             )
@@ -137,6 +152,9 @@ def build(
     if guard:
         outputs["guardrailsFunction"] = guard.function.name
         outputs["guardrailsWebhookSecretArn"] = guard.secret.arn
+    if join:
+        outputs["slurmMungeKeySecretArn"] = join.munge_key_secret_arn
+        outputs["slurmConfParameterArn"] = join.slurm_conf_parameter_arn
     if link:
         outputs["directConnectGatewayId"] = link.gateway.id
         outputs["directConnectConnectionIds"] = [c.id for c in link.connections]

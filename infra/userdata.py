@@ -1,4 +1,5 @@
-"""Node bootstrap script (pure): start accelerator telemetry and mount Lustre.
+"""Node bootstrap script (pure): start accelerator telemetry, mount Lustre and, on a burst
+stack, join the on-prem Slurm controller.
 
 The idle-GPU guardrail reads exactly the series configured here (see ``common.telemetry``); a
 node that boots without them shows up as *blind*, never as idle.
@@ -7,6 +8,8 @@ node that boots without them shows up as *blind*, never as idle.
 from __future__ import annotations
 
 import shlex
+from dataclasses import dataclass
+from typing import Literal
 
 from common.telemetry import UTILIZATION_METRICS, AcceleratorKind, cloudwatch_agent_config
 
@@ -71,9 +74,12 @@ def render_user_data(
     lustre_mount_name: str | None = None,
     mount_point: str = "/fsx",
     lustre_efa: bool = False,
+    *,
+    slurm_join: SlurmJoin | None = None,
 ) -> str:
     """The node's boot script. ``lustre_efa``: the file system is EFA-enabled and this node
-    type is an EFA client, so LNet gets its EFA interfaces before the mount.
+    type is an EFA client, so LNet gets its EFA interfaces before the mount. ``slurm_join``:
+    a burst stack's node joins the on-prem Slurm controller last (after Lustre is mounted).
 
     >>> "setup.sh" in render_user_data("nvidia", "fs.example", "abcd", lustre_efa=True)
     True
@@ -118,6 +124,8 @@ def render_user_data(
         ]
     if lustre_dns and lustre_mount_name:
         lines += ["", *_lustre_mount(lustre_dns, lustre_mount_name, mount_point, lustre_efa)]
+    if slurm_join is not None:
+        lines += ["", *render_slurm_join(slurm_join)]
     return "\n".join(lines) + "\n"
 
 
@@ -153,5 +161,148 @@ def _lustre_mount(dns: str, mount_name: str, mount_point: str, efa: bool) -> lis
         f"mkdir -p {mp}",
         f'grep -q " {mount_point} " /etc/fstab || echo "{fstab}" >> /etc/fstab',
         f"mountpoint -q {mp} || mount -t lustre -o noatime,flock {shlex.quote(src)} {mp}",
+    ]
+    return lines
+
+
+JOIN_BEGIN = "# ---- coreburst: join the on-prem Slurm controller (coreburst:burst.node) ----"
+JOIN_END = "# ---- coreburst: end of Slurm join ----"
+IMDS = "http://169.254.169.254/latest"
+
+
+@dataclass(frozen=True)
+class SlurmJoin:
+    """What a burst node needs to join the on-prem controller (infra/config.py BurstNode,
+    resolved to ARNs). ``root`` prefixes every file the block writes ("" on a node)."""
+
+    region: str
+    munge_key_secret_arn: str
+    slurm_conf_parameter_arn: str
+    conf_mode: Literal["configless", "file"] = "configless"
+    node_tag_key: str = "coreburst-slurm-node"
+    tag_wait_seconds: int = 600
+    poll_seconds: float = 5
+    install_packages: bool = True
+    # file mode: the node's own gres.conf line (configless: gres.conf comes from slurmctld).
+    gres_line: str | None = None
+    root: str = ""
+
+
+def render_slurm_join(j: SlurmJoin) -> list[str]:
+    """The join block: IMDSv2 (instance id, the node-name tag from instance metadata tags),
+    the munge key from Secrets Manager, the Slurm configuration from SSM Parameter Store, then
+    munged and ``slurmd -N <node>``. Any missing piece stops the script before slurmd starts,
+    with one line on stderr (the boot log); the key never reaches the log."""
+    q = shlex.quote
+    r = j.root.rstrip("/")
+    key = f"{r}/etc/munge/munge.key"
+    # slurmd(8) --conf-server: host[:port], comma-separated (what infra/config.py accepts).
+    host = r"[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?(:[0-9]{1,5})?"
+    conf_re = f"^{host}(,{host})*$"
+    lines = [
+        JOIN_BEGIN,
+        "cb_fail() {",
+        '  echo "coreburst: Slurm join failed: $*; slurmd not started, this node does not '
+        'register" >&2',
+        "  exit 1",
+        "}",
+        f"cb_region={q(j.region)}",
+        f"cb_tag_key={q(j.node_tag_key)}",
+        f"cb_secret={q(j.munge_key_secret_arn)}",
+        f"cb_param={q(j.slurm_conf_parameter_arn)}",
+    ]
+    if j.install_packages:
+        lines += [
+            "if ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then",
+            "  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+            "slurmd munge \\",
+            '    || cb_fail "cannot install slurmd and munge (apt-get); bake them into the AMI"',
+            "fi",
+        ]
+    lines += [
+        "command -v slurmd >/dev/null || cb_fail 'slurmd is not installed'",
+        "command -v munged >/dev/null || cb_fail 'munged is not installed'",
+        "# IMDSv2: a session token first, then every read with it.",
+        f"cb_token=$(curl -fsS -X PUT {IMDS}/api/token "
+        '-H "X-aws-ec2-metadata-token-ttl-seconds: 21600") \\',
+        "  || cb_fail 'no IMDSv2 token (instance metadata service unreachable)'",
+        "cb_imds() {",
+        f'  curl -fsS -H "X-aws-ec2-metadata-token: $cb_token" "{IMDS}/meta-data/$1"',
+        "}",
+        "cb_iid=$(cb_imds instance-id) || cb_fail 'cannot read instance-id from IMDS'",
+        "# The resume program tags the instance with its Slurm node name after CreateFleet",
+        "# returns: wait for the tag (instance metadata tags are updated while it runs).",
+        f"cb_deadline=$(( $(date +%s) + {int(j.tag_wait_seconds)} ))",
+        'cb_node=""',
+        'while [ -z "$cb_node" ]; do',
+        '  cb_node=$(cb_imds "tags/instance/$cb_tag_key" 2>/dev/null) || cb_node=""',
+        '  if [ -z "$cb_node" ]; then',
+        '    [ "$(date +%s)" -lt "$cb_deadline" ] || cb_fail "no $cb_tag_key tag on $cb_iid '
+        f"after {int(j.tag_wait_seconds)} s (launched outside the resume program, or instance "
+        'metadata tags disabled)"',
+        f"    sleep {j.poll_seconds:g}",
+        "  fi",
+        "done",
+        "[[ $cb_node =~ ^[A-Za-z0-9][A-Za-z0-9._-]*$ ]] "
+        '|| cb_fail "tag $cb_tag_key is not a Slurm node name"',
+        'echo "coreburst: instance $cb_iid is Slurm node $cb_node"',
+        "# The munge key (Secrets Manager SecretBinary): written under umask 077, never echoed.",
+        f"install -d -m 0700 {q(r + '/etc/munge')}",
+        'cb_key_tmp=$(umask 077 && mktemp "${TMPDIR:-/tmp}/coreburst-munge.XXXXXX")',
+        'aws secretsmanager get-secret-value --region "$cb_region" --secret-id "$cb_secret" \\',
+        '    --query SecretBinary --output text > "$cb_key_tmp" \\',
+        '  || { rm -f "$cb_key_tmp"; cb_fail "cannot read the munge key (GetSecretValue on '
+        '$cb_secret)"; }',
+        'if [ ! -s "$cb_key_tmp" ] || [ "$(head -c 4 "$cb_key_tmp")" = "None" ]; then',
+        '  rm -f "$cb_key_tmp"',
+        '  cb_fail "secret $cb_secret has no SecretBinary (put the key with aws secretsmanager '
+        'put-secret-value --secret-binary fileb:///etc/munge/munge.key)"',
+        "fi",
+        f'(umask 077 && base64 -d "$cb_key_tmp" > {q(key + ".new")}) \\',
+        f'  || {{ rm -f "$cb_key_tmp" {q(key + ".new")}; cb_fail "the munge key secret is not '
+        'valid base64"; }',
+        'rm -f "$cb_key_tmp"',
+        # munged refuses shorter keys ("Keyfile must be at least 32 bytes", munge 0.5.15).
+        f"cb_key_bytes=$(wc -c < {q(key + '.new')})",
+        '[ "$cb_key_bytes" -ge 32 ] || { rm -f ' + q(key + ".new") + '; cb_fail "the munge key '
+        'is $cb_key_bytes bytes; munged needs at least 32"; }',
+        f"chmod 0400 {q(key + '.new')}",
+        f"chown munge:munge {q(r + '/etc/munge')} {q(key + '.new')}",
+        f"mv -f {q(key + '.new')} {q(key)}",
+        "# The Slurm configuration (SSM Parameter Store).",
+        'cb_conf=$(aws ssm get-parameter --region "$cb_region" --name "$cb_param" '
+        "--with-decryption \\",
+        "    --query Parameter.Value --output text) \\",
+        '  || cb_fail "cannot read the Slurm parameter (GetParameter on $cb_param)"',
+        '[ -n "$cb_conf" ] || cb_fail "parameter $cb_param is empty"',
+    ]
+    if j.conf_mode == "configless":
+        lines += [
+            f"[[ $cb_conf =~ {conf_re} ]] \\",
+            '  || cb_fail "parameter $cb_param is not a conf server (host[:port],...)"',
+            "# Configless: slurmd fetches slurm.conf and gres.conf from slurmctld.",
+            'cb_opts="-N $cb_node --conf-server $cb_conf"',
+        ]
+    else:
+        lines += [
+            f"install -d -m 0755 {q(r + '/etc/slurm')}",
+            f"printf '%s\\n' \"$cb_conf\" > {q(r + '/etc/slurm/slurm.conf')}",
+        ]
+        if j.gres_line:
+            lines.append(
+                f"printf 'NodeName=%s %s\\n' \"$cb_node\" {q(j.gres_line)} "
+                f"> {q(r + '/etc/slurm/gres.conf')}"
+            )
+        lines.append('cb_opts="-N $cb_node"')
+    lines += [
+        "# The node name for systemd: slurmd.service reads SLURMD_OPTIONS from here.",
+        f"install -d -m 0755 {q(r + '/etc/default')} {q(r + '/etc/coreburst')}",
+        f'printf \'SLURMD_OPTIONS="%s"\\n\' "$cb_opts" > {q(r + "/etc/default/slurmd")}',
+        f"printf '%s\\n' \"$cb_node\" > {q(r + '/etc/coreburst/slurm-node-name')}",
+        "systemctl restart munge || cb_fail 'munged did not start'",
+        "systemctl enable slurmd || cb_fail 'cannot enable slurmd'",
+        "systemctl restart slurmd || cb_fail 'slurmd did not start'",
+        'echo "coreburst: slurmd started as $cb_node"',
+        JOIN_END,
     ]
     return lines

@@ -1,5 +1,6 @@
 """GpuCluster: launch template with the EFA layout, placement, capacity targeting, an Auto
-Scaling group and a least-privilege instance profile."""
+Scaling group and a least-privilege instance profile. On a burst stack its nodes join the
+on-prem Slurm controller (``declare_slurm_join`` declares what they read; the user data joins)."""
 
 from __future__ import annotations
 
@@ -12,9 +13,9 @@ import pulumi_aws as aws
 
 from common.catalog import Catalog
 from infra.components import TOKEN_PREFIX
-from infra.config import Cluster
+from infra.config import BurstNode, Cluster
 from infra.efa import efa_layout
-from infra.userdata import lustre_efa_client_supported, render_user_data
+from infra.userdata import SlurmJoin, lustre_efa_client_supported, render_user_data
 
 SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 CLOUDWATCH_AGENT_POLICY = "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
@@ -32,6 +33,57 @@ class GpuClusterArgs:
     lustre_mount_name: pulumi.Input[str] | None = None
     # The file system is EFA-enabled: nodes whose type is an EFA client configure LNet for it.
     lustre_efa: bool = False
+    # A burst stack: nodes join the on-prem Slurm controller (declare_slurm_join).
+    slurm_join: SlurmJoinRefs | None = None
+
+
+@dataclass
+class SlurmJoinRefs:
+    """What burst nodes read to join Slurm: the munge key secret and the Slurm parameter."""
+
+    region: str
+    node: BurstNode
+    node_tag_key: str
+    munge_key_secret_arn: pulumi.Input[str]
+    slurm_conf_parameter_arn: pulumi.Input[str]
+    gpu_device_prefix: str = "/dev/nvidia"
+
+
+def declare_slurm_join(
+    stack: str,
+    region: str,
+    node: BurstNode,
+    node_tag_key: str,
+    *,
+    opts: pulumi.ResourceOptions,
+    gpu_device_prefix: str = "/dev/nvidia",
+) -> SlurmJoinRefs:
+    """The stack's munge key secret (declared empty: the key never passes through Pulumi's
+    state; put it with ``aws secretsmanager put-secret-value --secret-binary``) and the SSM
+    parameter holding the conf server, unless the config names existing ones by ARN."""
+    secret_arn: pulumi.Input[str]
+    if node.munge_key_secret_arn:
+        secret_arn = node.munge_key_secret_arn
+    else:
+        secret_arn = aws.secretsmanager.Secret(
+            "slurm-munge-key",
+            description=f"munge key of the on-prem Slurm cluster, read by burst nodes ({stack})",
+            opts=opts,
+        ).arn
+    param_arn: pulumi.Input[str]
+    if node.slurm_conf_parameter_arn:
+        param_arn = node.slurm_conf_parameter_arn
+    else:
+        assert node.conf_server is not None  # BurstNode's validator
+        param_arn = aws.ssm.Parameter(
+            "slurm-conf-server",
+            name=f"/coreburst/{stack}/slurm/conf-server",
+            type="String",
+            insecure_value=node.conf_server,
+            description="slurmd --conf-server for burst nodes (Slurm configless)",
+            opts=opts,
+        ).arn
+    return SlurmJoinRefs(region, node, node_tag_key, secret_arn, param_arn, gpu_device_prefix)
 
 
 def network_interfaces(
@@ -92,6 +144,16 @@ class GpuCluster(pulumi.ComponentResource):
             policy=pulumi.Output.from_input(args.checkpoint_bucket_arn).apply(_checkpoint_policy),
             opts=child,
         )
+        join = args.slurm_join
+        if join is not None:
+            aws.iam.RolePolicy(
+                f"{name}-node-slurm-join",
+                role=role.id,
+                policy=pulumi.Output.all(
+                    join.munge_key_secret_arn, join.slurm_conf_parameter_arn
+                ).apply(lambda v: slurm_join_policy(v[0], v[1])),
+                opts=child,
+            )
         profile = aws.iam.InstanceProfile(f"{name}-node-profile", role=role.name, opts=child)
 
         self.placement_group: aws.ec2.PlacementGroup | None = None
@@ -107,9 +169,27 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
         lustre_efa = args.lustre_efa and c.efa and lustre_efa_client_supported(c.instance_type)
-        user_data = pulumi.Output.all(args.lustre_dns, args.lustre_mount_name).apply(
+        gres_line = None
+        if join is not None and kind == "nvidia":
+            acc = facts.accelerator
+            gres_line = (
+                f"Name=gpu Type={acc.model.lower()} "
+                f"File={join.gpu_device_prefix}[0-{acc.count - 1}]"
+            )
+        user_data = pulumi.Output.all(
+            args.lustre_dns,
+            args.lustre_mount_name,
+            join.munge_key_secret_arn if join else None,
+            join.slurm_conf_parameter_arn if join else None,
+        ).apply(
             lambda v: base64.b64encode(
-                render_user_data(kind, v[0], v[1], lustre_efa=lustre_efa).encode()
+                render_user_data(
+                    kind,
+                    v[0],
+                    v[1],
+                    lustre_efa=lustre_efa,
+                    slurm_join=_slurm_join(join, v[2], v[3], gres_line) if join else None,
+                ).encode()
             ).decode()
         )
 
@@ -145,6 +225,8 @@ class GpuCluster(pulumi.ComponentResource):
                 http_tokens="required",
                 # Two hops so containers on the node can reach IMDSv2.
                 http_put_response_hop_limit=2,
+                # A burst node reads its Slurm node name from its tag in instance metadata.
+                instance_metadata_tags="enabled" if join is not None else None,
             ),
             block_device_mappings=[
                 aws.ec2.LaunchTemplateBlockDeviceMappingArgs(
@@ -213,6 +295,47 @@ class GpuCluster(pulumi.ComponentResource):
                 "instance_profile_arn": profile.arn,
             }
         )
+
+
+def _slurm_join(
+    join: SlurmJoinRefs, secret_arn: str, param_arn: str, gres_line: str | None
+) -> SlurmJoin:
+    n = join.node
+    return SlurmJoin(
+        region=join.region,
+        munge_key_secret_arn=secret_arn,
+        slurm_conf_parameter_arn=param_arn,
+        conf_mode=n.conf_mode,
+        node_tag_key=join.node_tag_key,
+        tag_wait_seconds=n.tag_wait_seconds,
+        install_packages=n.install_packages,
+        gres_line=gres_line if n.conf_mode == "file" else None,
+    )
+
+
+def slurm_join_policy(secret_arn: str, parameter_arn: str) -> str:
+    """Exactly what the join block calls: GetSecretValue on the munge key secret and
+    GetParameter on the Slurm parameter. Node names come from instance metadata tags, so no
+    ec2:DescribeTags."""
+    return json.dumps(
+        {
+            "Version": "2012-10-17",
+            "Statement": [
+                {
+                    "Sid": "ReadMungeKey",
+                    "Effect": "Allow",
+                    "Action": "secretsmanager:GetSecretValue",
+                    "Resource": secret_arn,
+                },
+                {
+                    "Sid": "ReadSlurmConf",
+                    "Effect": "Allow",
+                    "Action": "ssm:GetParameter",
+                    "Resource": parameter_arn,
+                },
+            ],
+        }
+    )
 
 
 def _checkpoint_policy(bucket_arn: str) -> str:

@@ -170,3 +170,29 @@ def test_program_wrapper(stack) -> None:  # type: ignore[no-untyped-def]
     text = render_program("resume", stack, ["coreburst", "burst"], "/srv/stacks", "/etc/x.env")
     assert text.startswith("#!/bin/sh\n")
     assert 'exec coreburst burst resume --stack t --stack-dir /srv/stacks "$@"' in text
+
+
+def test_one_burst_section_serves_pulumi_and_slurm_conf() -> None:
+    """The same `coreburst:burst` (with `node`, which the user data reads) is accepted by the
+    Pulumi program's config and by `coreburst burst slurm-conf`; configless joins need
+    enable_configless on the controller (slurm.conf(5), SlurmctldParameters)."""
+    from infra.offline import evaluate_config
+
+    raw = stack_map(
+        [
+            {
+                "name": "od",
+                "instanceType": "p5.48xlarge",
+                "nodes": 1,
+                "capacity": {"model": "on-demand"},
+            }
+        ],
+        {"node": {"confServer": "slurmctl.corp.example:6817"}},
+    )
+    s = parse_burst("lab", raw)
+    assert s.settings.node is not None and s.settings.node.conf_mode == "configless"
+    params = _lines(render_slurm_include(s), "SlurmctldParameters=")
+    assert params and "enable_configless" in params[0].split("=", 1)[1].split(",")
+    assert evaluate_config("lab", raw).config.burst is not None
+    no_node = parse_burst("lab", stack_map(raw["coreburst:clusters"], {}))
+    assert "enable_configless" not in render_slurm_include(no_node)

@@ -339,11 +339,19 @@ def test_every_float_field_of_the_stack_config_is_finite() -> None:
     assert "Budget.monthly_usd" in checked and "Budget.thresholds_percent" in checked
 
 
-def test_a_burst_section_is_accepted_and_declares_nothing(dev_config: dict[str, Any]) -> None:
-    """`coreburst:burst` belongs to `coreburst burst slurm-conf` (burst/config.py): `pulumi up`
-    on a stack that carries it must not refuse the key, nor declare anything more."""
+def test_a_burst_section_is_accepted_and_declares_only_the_node_join(
+    dev_config: dict[str, Any],
+) -> None:
+    """`coreburst:burst` belongs to `coreburst burst slurm-conf` (burst/config.py), except
+    `node` (infra/config.py BurstNode): `pulumi up` passes the controller-side keys through and
+    declares only what burst nodes read to join Slurm (tests/unit/infra/test_userdata_burst.py)."""
     plain = evaluate_config("dev", dev_config)
-    dev_config["coreburst:burst"] = {"coreNodes": "dgx[01-04]"}
+    dev_config["coreburst:burst"] = {
+        "coreNodes": "dgx[01-04]",
+        "node": {"confServer": "slurmctl.corp.example"},
+    }
     with_burst = evaluate_config("dev", dev_config)
-    assert with_burst.config.burst == {"coreNodes": "dgx[01-04]"}
-    assert len(with_burst.resources) == len(plain.resources)
+    assert with_burst.config.burst is not None
+    assert with_burst.config.burst.model_extra == {"coreNodes": "dgx[01-04]"}
+    added = {r.name for r in with_burst.resources} - {r.name for r in plain.resources}
+    assert added == {"slurm-munge-key", "slurm-conf-server", "dev-p5-node-slurm-join"}
