@@ -86,11 +86,21 @@ def import_cycles(edges: set[tuple[str, str]]) -> list[list[str]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--depth", type=int, default=1, help="1: packages; 2: their modules")
+    parser.add_argument(
+        "--root",
+        type=Path,
+        default=ROOT,
+        help="the checkout to read (default: this one); e.g. a `git worktree` of an older commit, "
+        "judged against this checkout's layer contract",
+    )
     args = parser.parse_args(argv)
-    sys.path.insert(0, str(ROOT))
+    root = args.root.resolve()
+    if not root.is_dir():
+        parser.error(f"--root {root}: not a directory")
+    sys.path.insert(0, str(root))
     packages = sorted(
         p.name
-        for p in ROOT.iterdir()
+        for p in root.iterdir()
         if (p / "__init__.py").exists() and p.name not in {"tests", "tools", "benchmarks"}
     )
     graph = grimp.build_graph(*packages, cache_dir=None)
