@@ -3,7 +3,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PYTHON ?= python3
 
-.PHONY: setup system-deps demo plan lint test unit integration bench lambda-package arch clean
+.PHONY: setup system-deps demo plan lint test unit integration bench bench-burst lambda-package arch clean
 
 setup: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ integration: setup
 ## Figures for one guardrail cycle at 100 / 1,000 / 5,000 instances (not a test; ~20 min).
 bench: setup
 	$(BIN)/python benchmarks/guardrails_cycle.py --sizes $(or $(SIZES),100,1000,5000)
+
+## Submit -> running on a burst node on the local Slurm lab, and the resume program's wall time
+## and EC2 calls at 64 / 500 nodes (needs root and Slurm; not a test).
+bench-burst: setup
+	$(BIN)/python benchmarks/burst_resume.py --sizes $(or $(SIZES),64,500)
 
 ## The guardrail daemon for AWS Lambda (python3.11, x86_64) in build/lambda: this project's
 ## wheel installed with its guardrails extra (`pip install '.[guardrails]' --target`).

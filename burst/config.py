@@ -22,7 +22,7 @@ from pydantic.alias_generators import to_camel
 
 from common.catalog import load_catalog
 from common.textio import read_text
-from infra.config import StackConfig, StackConfigError, parse_stack_config
+from infra.config import BurstNode, StackConfig, StackConfigError, parse_stack_config
 
 # The stack files live at the repository root; a controller host passes --stack-dir.
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -71,6 +71,25 @@ class CapacityBlockWindow(_Model):
     end: datetime | None = None
 
 
+class SpendGate(_Model):
+    """Before the resume program launches, the projected cost (nodes x $/h x each job's time
+    limit) must fit what the guardrails' spend scope has left today and this month. Over it,
+    nothing launches and the nodes are drained until the scope has room again.
+
+    The spend comes from the guardrails daemon's state (its latest snapshot for ``scope``);
+    the limits are those of the same scope in guardrails.yaml (``spend.scopes``)."""
+
+    # The guardrails daemon's SQLite state (``state.path`` in guardrails.yaml), read only.
+    state_path: Path
+    scope: str = "account"
+    daily_limit_usd: float | None = Field(default=None, gt=0)
+    monthly_limit_usd: float | None = Field(default=None, gt=0)
+    # Hours assumed for a node resumed without a job (``scontrol update state=power_up``).
+    default_hours: float = Field(default=1.0, gt=0)
+    # An older snapshot means the daemon is not measuring: launch nothing (fail closed).
+    max_snapshot_age_s: int = Field(default=3600, ge=60)
+
+
 class BurstSettings(_Model):
     """``coreburst:burst`` in ``Pulumi.<stack>.yaml``; every key has a default."""
 
@@ -109,6 +128,9 @@ class BurstSettings(_Model):
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")
     # Instance tag holding the Slurm node name.
     node_tag_key: str = "coreburst-slurm-node"
+    spend_gate: SpendGate | None = None
+    # How a burst node joins this controller (infra/config.py BurstNode; the user data reads it).
+    node: BurstNode | None = None
 
 
 class BurstStack(BaseModel):

@@ -11,6 +11,12 @@ live instance (found by its tag) gets no second one.
   name; tells Slurm each node's address. Nodes that get no instance are set DOWN with the EC2
   error code as the reason and powered down at once, so their jobs requeue now rather than
   after ResumeTimeout.
+* **spend gate** (``coreburst:burst.spendGate``): before launching, the projected cost (nodes x
+  $/h x each job's time limit) is checked against what the guardrails' spend scope has left
+  today and this month. Over it (or with no fresh spend snapshot), nothing launches; the nodes
+  go into a maintenance reservation ``coreburst-spend-...`` (so Slurm stops asking for them)
+  and are set DOWN (the jobs requeue now) and powered down. :meth:`Power.release_spend_holds`
+  deletes those reservations once the scope has room again; the next resume checks again.
 * **suspend** terminates the nodes' tagged instances.
 * **resume-fail** (a node did not register within ResumeTimeout) terminates them too.
 
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import re
 import subprocess
@@ -28,14 +35,20 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from burst.config import BurstStack
+from burst.config import BurstStack, SpendGate
 from burst.hostlist import HostlistError, compress, expand
 from burst.slurmconf import NodeSet, node_set_of
+from common.catalog import CatalogError, load_catalog
+from common.pricing import instance_rate
+
+if TYPE_CHECKING:
+    from guardrails.store import StateStore
 
 log = logging.getLogger("burst.power")
 
@@ -51,6 +64,11 @@ LIVE_STATES = ("pending", "running")
 # Instances a terminated node may still hold.
 HELD_STATES = ("pending", "running", "stopping", "stopped")
 FAIL_REASON = "Failure when resuming nodes"
+# The reason on nodes the spend gate holds, and the prefix of its reservations (the only ones
+# release_spend_holds deletes). A reservation, not drain: slurmctld 22.05 clears DRAIN when the
+# forced power-down completes (measured in tests/integration/burst/test_spend_gate.py).
+SPEND_HOLD_REASON = "coreburst: spend gate"
+SPEND_HOLD_RESERVATION = "coreburst-spend-"
 
 
 class PowerInputError(ValueError):
@@ -111,6 +129,7 @@ class ResumeResult:
     launched: dict[str, str] = field(default_factory=dict)  # node -> instance id
     already: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # node -> error code
+    held: list[str] = field(default_factory=list)  # nodes the spend gate held
     fleet_calls: int = 0
 
 
@@ -179,6 +198,44 @@ def launch_groups(names: list[str], jobs: list[tuple[str, list[str]]]) -> list[L
     return groups
 
 
+def slurm_hours(value: str) -> float | None:
+    """Hours in a Slurm time limit (sbatch(1) --time: "minutes", "minutes:seconds",
+    "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds");
+    None for no limit (UNLIMITED, INFINITE, Partition_Limit) or an unreadable value.
+
+    >>> slurm_hours("7-00:00:00"), slurm_hours("90"), slurm_hours("01:30:00")
+    (168.0, 1.5, 1.5)
+    """
+    v = value.strip()
+    try:
+        if "-" in v:
+            days_s, rest = v.split("-", 1)
+            hms = [int(x) for x in rest.split(":")] + [0, 0]
+            if len(hms) > 5:
+                return None
+            return int(days_s) * 24 + hms[0] + hms[1] / 60 + hms[2] / 3600
+        parts = [int(x) for x in v.split(":")]
+    except ValueError:
+        return None
+    if len(parts) == 1:
+        return parts[0] / 60
+    if len(parts) == 2:
+        return parts[0] / 60 + parts[1] / 3600
+    if len(parts) == 3:
+        return parts[0] + parts[1] / 60 + parts[2] / 3600
+    return None
+
+
+def open_spend_state(path: Path) -> StateStore:
+    """The guardrails daemon's SQLite state, for reading its spend snapshots. A missing file
+    is an error here (opening it would create an empty one the daemon never writes)."""
+    if not path.is_file():
+        raise FileNotFoundError(f"no guardrails state at {path}")
+    from guardrails.state import State  # only when a gate is configured
+
+    return State(path)
+
+
 def _chunks(items: list[Any], size: int) -> Iterator[list[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
@@ -193,11 +250,23 @@ def _error_code(exc: Exception) -> str:
 class Power:
     """The three programs over injected clients: ``ec2`` (boto3), ``slurm`` (scontrol)."""
 
-    def __init__(self, stack: BurstStack, ec2: Any, slurm: Slurm, audit: Audit) -> None:
+    def __init__(
+        self,
+        stack: BurstStack,
+        ec2: Any,
+        slurm: Slurm,
+        audit: Audit,
+        *,
+        spend: StateStore | None = None,
+        now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
         self.stack = stack
         self.ec2 = ec2
         self.slurm = slurm
         self.audit = audit
+        # The guardrails' state for the spend gate; opened on first use when not given.
+        self.spend = spend
+        self.now = now
         self.nodes_of = node_set_of(stack)
         self.node_tag = stack.settings.node_tag_key
         self._templates: dict[str, str] | None = None
@@ -418,6 +487,142 @@ class Power:
             self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
             self.audit("resume.failed", nodes=hl, code=code)
 
+    # -- spend gate -----------------------------------------------------------------------
+    def _job_hours(self, job_id: str) -> float:
+        """The job's time limit in hours (``scontrol show job``); no limit, or a job Slurm
+        no longer knows: the burst partition's MaxTime, the most it may run there."""
+        fallback = slurm_hours(self.stack.settings.max_time) or 24 * 7
+        try:
+            out = self.slurm.scontrol("-o", "show", "job", job_id)
+        except (RuntimeError, OSError, subprocess.SubprocessError):
+            return fallback
+        m = re.search(r"\bTimeLimit=(\S+)", out)
+        hours = slurm_hours(m.group(1)) if m else None
+        return fallback if hours is None else hours
+
+    def _left(self, gate: SpendGate) -> dict[str, float] | str:
+        """USD the scope has left per period, or why that cannot be known (fail closed)."""
+        try:
+            if self.spend is None:
+                self.spend = open_spend_state(gate.state_path)
+            row = self.spend.last_spend(gate.scope)
+        except Exception as exc:  # any store failure holds, it never launches blind
+            log.error("spend gate: cannot read the guardrails state: %s", exc)
+            return f"guardrails spend state unreadable ({type(exc).__name__})"
+        if row is None:
+            return f"no spend snapshot for scope {gate.scope}"
+        age = (self.now() - datetime.fromisoformat(str(row["ts"]))).total_seconds()
+        if age > gate.max_snapshot_age_s:
+            return f"spend snapshot for {gate.scope} is {age / 60:.0f} min old"
+        left: dict[str, float] = {}
+        if gate.daily_limit_usd is not None:
+            left["today"] = gate.daily_limit_usd - float(row["today"])
+        if gate.monthly_limit_usd is not None:
+            left["this month"] = gate.monthly_limit_usd - float(row["mtd"])
+        return left
+
+    def spend_check(
+        self, names: list[str], jobs: list[tuple[str, list[str]]]
+    ) -> tuple[float, str | None]:
+        """(projected USD, why it may not launch or None). Each node costs its instance's
+        $/h (common.pricing) times the longest time limit of the jobs it is resumed for."""
+        gate = self.stack.settings.spend_gate
+        assert gate is not None
+        wanted = set(names)
+        hours: dict[str, float] = {}
+        for job_id, job_nodes in jobs:
+            mine = [n for n in job_nodes if n in wanted]
+            if mine:
+                h = self._job_hours(job_id)
+                for n in mine:
+                    hours[n] = max(hours.get(n, 0.0), h)
+        cat = load_catalog()
+        cost = 0.0
+        for n in names:
+            ns = self.nodes_of[n]
+            try:
+                rate, _ = instance_rate(cat, ns.instance_type, self.stack.config.region, ns.market)
+            except CatalogError as exc:
+                return cost, f"no price for {ns.instance_type} {ns.market} ({exc})"
+            cost += rate * hours.get(n, gate.default_hours)
+        left = self._left(gate)
+        if isinstance(left, str):
+            return cost, left
+        for period, usd in left.items():
+            if cost > usd:
+                return cost, (
+                    f"${cost:,.0f} projected > ${max(usd, 0):,.0f} left {period} ({gate.scope})"
+                )
+        return cost, None
+
+    def hold(self, names: list[str], why: str, cost: float, jobs: list[str]) -> None:
+        """A MAINT reservation on the nodes (Slurm neither gives them to pending jobs nor
+        powers them up, REFERENCE.md "Slurm power saving"), then DOWN with the gate's reason
+        (the jobs requeue now) and a forced power-down (the nodes are idle~ again)."""
+        hl = compress(names)
+        # The projected cost goes into the name (22.05 reservations carry no comment), so the
+        # release knows whether this hold fits what is left.
+        stamp = f"{int(self.now().timestamp() * 1000)}-{os.getpid()}"
+        resv = f"{SPEND_HOLD_RESERVATION}{math.ceil(cost)}usd-{stamp}"
+        try:
+            self.slurm.scontrol(
+                "create", "reservation", f"ReservationName={resv}", f"Nodes={hl}",
+                "Users=root", "Flags=MAINT,IGNORE_JOBS", "StartTime=now", "Duration=UNLIMITED",
+            )  # fmt: skip
+        except RuntimeError as exc:  # still requeue and power down; Slurm asks again later
+            log.error("spend gate: cannot reserve %s: %s", hl, exc)
+            resv = ""
+        reason = f"reason={SPEND_HOLD_REASON}: {why}"
+        self.slurm.scontrol("update", f"nodename={hl}", "state=down", reason)
+        self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
+        log.warning("spend gate holds %s (jobs %s): %s", hl, ",".join(jobs) or "-", why)
+        self.audit(
+            "resume.held",
+            nodes=hl,
+            jobs=jobs,
+            cost_usd=round(cost, 2),
+            reason=why,
+            reservation=resv,
+        )
+
+    def release_spend_holds(self) -> list[str]:
+        """Delete each of the gate's reservations whose projected cost now fits what the scope
+        has left (cheapest first, each counted against the rest) and return their nodes; the
+        next resume checks the jobs' cost again. For a periodic caller (the reconciler); a
+        no-op without a gate or a hold."""
+        gate = self.stack.settings.spend_gate
+        if gate is None:
+            return []
+        out = self.slurm.scontrol("-o", "show", "reservation")
+        holds: list[tuple[float, str, list[str]]] = []
+        prefix = re.escape(SPEND_HOLD_RESERVATION)
+        for line in out.splitlines():
+            m = re.match(rf"ReservationName=({prefix}(?:(\d+)usd-)?\S*)", line)
+            on = re.search(r"\bNodes=(\S+)", line)
+            if m and on:
+                holds.append((float(m.group(2) or 0), m.group(1), expand(on.group(1))))
+        if not holds:
+            return []
+        left = self._left(gate)
+        if isinstance(left, str):
+            log.info("spend gate keeps its holds: %s", left)
+            return []
+        room = min(left.values(), default=math.inf)
+        released: list[str] = []
+        for cost, name, nodes in sorted(holds):
+            if room <= 0 or cost > room:
+                log.info("spend gate keeps %s: $%.0f > $%.0f left", name, cost, max(room, 0))
+                continue
+            self.slurm.scontrol("delete", f"ReservationName={name}")
+            released.extend(nodes)
+            room -= cost
+        if not released:
+            return []
+        hl = compress(released)
+        log.info("spend gate releases %s: %s", hl, left)
+        self.audit("spend.released", nodes=hl, left_usd={k: round(v, 2) for k, v in left.items()})
+        return released
+
     def resume(self, hostlist: str, resume_file: str | None) -> ResumeResult:
         names = parse_nodes(hostlist, self.nodes_of)
         jobs = read_resume_file(resume_file) if resume_file else []
@@ -437,6 +642,12 @@ class Power:
             log.info("already running, not launched again: %s", compress(result.already))
             self.audit("resume.already_running", nodes=compress(result.already))
         todo = [n for n in names if n not in result.already]
+        if todo and self.stack.settings.spend_gate is not None:
+            cost, why = self.spend_check(todo, jobs)
+            if why is not None:
+                self.hold(todo, why, cost, [j for j, _ in jobs])
+                result.held = todo
+                todo = []
         for group in launch_groups(todo, jobs):
             try:
                 self._launch_group(group, result)

@@ -47,6 +47,14 @@ EXTRAS: dict[str, dict[str, tuple[str, str, str]]] = {
             "Run the daemon against a local AWS emulator and Slack receiver (dev setup).",
         ),
     },
+    "burst": {
+        "demo": (
+            "sandbox.burst_demo",
+            "demo",
+            "Overflow a local Slurm's full core to EC2 on the local emulator and back "
+            "(dev setup; needs root and Slurm).",
+        ),
+    },
 }
 
 

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import subprocess
-from typing import Any
 
 import pytest
 
 from burst.hostlist import expand
 from common.catalog import load_catalog
-
-BurstLab = Any  # conftest.BurstLab: the lab, the EC2 client, moto and the boot watcher
+from sandbox.slurmlab import BurstLab
 
 pytestmark = pytest.mark.integration
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,8 +26,12 @@ from burst.power import (
     PowerInputError,
     launch_groups,
     read_resume_file,
+    slurm_hours,
 )
 from burst.slurmconf import node_sets
+from common.catalog import load_catalog
+from common.pricing import instance_rate
+from guardrails.state import State
 from tests.unit.burst.conftest import stack_map
 
 AMI = "ami-12c6146b"  # one of moto's built-in images
@@ -306,3 +312,199 @@ def test_launch_groups() -> None:
 
 def test_repo_stack_loads(tmp_path: Path) -> None:
     assert load_burst_stack("dev").settings.node_address == "private-ip"
+
+
+# -- spend gate ---------------------------------------------------------------------------
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+class AnsweringSlurm(RecordingSlurm):
+    """Records argv and answers ``-o show job`` / ``-o show reservation`` in scontrol's
+    one-line format (made up here; the fields follow scontrol(1) 22.05 output, which
+    tests/integration/burst/test_spend_gate.py reads from the real scontrol)."""
+
+    def __init__(self, limits: dict[str, str], reservations: list[str] | None = None) -> None:
+        super().__init__()
+        self.limits = limits
+        self.reservations = reservations or []
+
+    def scontrol(self, *args: str) -> str:
+        self.calls.append(args)
+        if args[:3] == ("-o", "show", "job"):
+            limit = self.limits.get(args[3])
+            if limit is None:
+                raise RuntimeError("scontrol -o show failed (1): Invalid job id specified")
+            return f"JobId={args[3]} JobName=wrap TimeLimit={limit} TimeMin=N/A\n"
+        if args[:3] == ("-o", "show", "reservation"):
+            return "".join(f"{r}\n" for r in self.reservations) or "No reservations in the system\n"
+        return ""
+
+
+def _gate_stack(tmp_path: Path, **gate: Any) -> BurstStack:
+    s = parse_burst(
+        "t",
+        stack_map(
+            [
+                {
+                    "name": "od",
+                    "instanceType": "p5.48xlarge",
+                    "nodes": 4,
+                    "capacity": {"model": "on-demand"},
+                },
+            ],
+            {
+                "auditLog": str(tmp_path / "a.jsonl"),
+                "spendGate": {"statePath": str(tmp_path / "state.sqlite"), **gate},
+            },
+        ),
+    )
+    return s.model_copy(update={"config": s.config.model_copy(update={"region": "us-east-2"})})
+
+
+def _spent(tmp_path: Path, today: float, mtd: float, at: datetime = NOW) -> None:
+    """A spend snapshot as the guardrails daemon writes it (guardrails.state.State, the
+    daemon's own SQLite store; rules/spend_limit.py calls add_spend each cycle)."""
+    store = State(tmp_path / "state.sqlite")
+    store.add_spend(at, "account", burn=0.0, today=today, mtd=mtd, proj=mtd * 2)
+    store.db.close()
+
+
+def _rate() -> float:
+    return instance_rate(load_catalog(), "p5.48xlarge", "us-east-2", "on-demand")[0]
+
+
+def _gate_power(ec2: Any, tmp_path: Path, slurm: RecordingSlurm, **gate: Any) -> Power:
+    if not ec2.describe_launch_templates()["LaunchTemplates"]:
+        _templates(ec2, "t", ["od"])
+    return Power(
+        _gate_stack(tmp_path, **gate), ec2, slurm, Audit(tmp_path / "a.jsonl"), now=lambda: NOW
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "hours"),
+    [
+        ("90", 1.5),  # minutes
+        ("90:30", 1.5 + 30 / 3600),  # minutes:seconds
+        ("01:30:00", 1.5),  # hours:minutes:seconds
+        ("2-3", 51.0),  # days-hours
+        ("2-03:30", 51.5),  # days-hours:minutes
+        ("7-00:00:00", 168.0),  # days-hours:minutes:seconds
+        ("UNLIMITED", None),
+        ("Partition_Limit", None),
+    ],
+)
+def test_slurm_hours_reads_sbatch_time_formats(value: str, hours: float | None) -> None:
+    """The acceptable time formats of sbatch(1) --time, and scontrol's no-limit words."""
+    assert slurm_hours(value) == (pytest.approx(hours) if hours is not None else None)
+
+
+def test_gate_over_the_daily_limit_launches_nothing_and_holds(ec2: Any, tmp_path: Path) -> None:
+    """2 nodes x $/h x 2 h of job 7 > what is left today: no CreateFleet, a MAINT
+    reservation on the nodes (named with the cost), DOWN with the gate's reason, power down."""
+    rate = _rate()
+    _spent(tmp_path, today=1000.0, mtd=5000.0)
+    slurm = AnsweringSlurm({"7": "02:00:00"})
+    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=1000.0 + 4 * rate - 1)
+    result = power.resume("od-[1-2]", _resume_file(tmp_path, [{"job_id": 7, "nodes": "od-[1-2]"}]))
+    assert result.held == ["od-1", "od-2"] and not result.launched and not result.failed
+    assert _live(ec2) == []
+    create, down, off = slurm.calls[1:]
+    assert create[:5] == (
+        "create",
+        "reservation",
+        f"ReservationName=coreburst-spend-{math.ceil(4 * rate)}usd-{int(NOW.timestamp() * 1000)}-"
+        f"{os.getpid()}",
+        "Nodes=od-[1-2]",
+        "Users=root",
+    )
+    assert "Flags=MAINT,IGNORE_JOBS" in create
+    assert down[:3] == ("update", "nodename=od-[1-2]", "state=down")
+    assert down[3].startswith("reason=coreburst: spend gate: $") and "left today" in down[3]
+    assert off == ("update", "nodename=od-[1-2]", "state=power_down_force")
+    held = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()][-1]
+    assert held["event"] == "resume.held" and held["cost_usd"] == pytest.approx(4 * rate, 0.01)
+
+
+def test_gate_under_the_limit_launches(ec2: Any, tmp_path: Path) -> None:
+    rate = _rate()
+    _spent(tmp_path, today=1000.0, mtd=5000.0)
+    slurm = AnsweringSlurm({"7": "02:00:00"})
+    power = _gate_power(
+        ec2, tmp_path, slurm, dailyLimitUsd=1000.0 + 4 * rate + 1, monthlyLimitUsd=90000.0
+    )
+    result = power.resume("od-[1-2]", _resume_file(tmp_path, [{"job_id": 7, "nodes": "od-[1-2]"}]))
+    assert sorted(result.launched) == ["od-1", "od-2"] and not result.held
+    assert not any(c[0] == "create" for c in slurm.calls)
+
+
+def test_gate_monthly_limit_and_default_hours(ec2: Any, tmp_path: Path) -> None:
+    """A node resumed without a job counts ``defaultHours``; the monthly limit binds too."""
+    rate = _rate()
+    _spent(tmp_path, today=0.0, mtd=10_000.0)
+    slurm = AnsweringSlurm({})
+    power = _gate_power(ec2, tmp_path, slurm, monthlyLimitUsd=10_000.0 + 2.5 * rate, defaultHours=3)
+    result = power.resume("od-1", None)
+    assert result.held == ["od-1"]
+    assert "left this month (account)" in slurm.calls[1][3]
+
+
+def test_gate_unlimited_job_counts_the_burst_max_time(ec2: Any, tmp_path: Path) -> None:
+    """No time limit (or a job scontrol no longer knows): the burst partition's MaxTime,
+    a week by default, the most it may run there."""
+    rate = _rate()
+    _spent(tmp_path, today=0.0, mtd=0.0)
+    for limits in ({"7": "UNLIMITED"}, {}):
+        slurm = AnsweringSlurm(limits)
+        power = _gate_power(ec2, tmp_path, slurm, monthlyLimitUsd=168 * rate - 1)
+        result = power.resume("od-3", _resume_file(tmp_path, [{"job_id": 7, "nodes": "od-3"}]))
+        assert result.held == ["od-3"]
+
+
+@pytest.mark.parametrize(
+    ("setup", "needle"),
+    [
+        ("none", "unreadable (FileNotFoundError)"),
+        ("other-scope", "no spend snapshot for scope account"),
+        ("stale", "min old"),
+    ],
+)
+def test_gate_fails_closed(ec2: Any, tmp_path: Path, setup: str, needle: str) -> None:
+    """No state file, no snapshot for the scope, or a snapshot older than maxSnapshotAgeS:
+    nothing launches (the daemon is not measuring spend)."""
+    if setup == "other-scope":
+        store = State(tmp_path / "state.sqlite")
+        store.add_spend(NOW, "team-ml", burn=0.0, today=0.0, mtd=0.0, proj=0.0)
+        store.db.close()
+    elif setup == "stale":
+        _spent(tmp_path, 0.0, 0.0, at=NOW - timedelta(hours=2))
+    slurm = AnsweringSlurm({})
+    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=1e9)
+    result = power.resume("od-1", None)
+    assert result.held == ["od-1"] and _live(ec2) == []
+    assert needle in slurm.calls[1][3]
+    assert not (tmp_path / "state.sqlite").exists() or setup != "none"
+
+
+def test_release_deletes_holds_that_fit_cheapest_first(ec2: Any, tmp_path: Path) -> None:
+    _spent(tmp_path, today=900.0, mtd=900.0)
+    resv = [
+        "ReservationName=coreburst-spend-300usd-1-1 StartTime=2026-12-03T11:00:00 "
+        "Nodes=od-[1-2] NodeCnt=2 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+        "ReservationName=coreburst-spend-80usd-2-2 StartTime=2026-12-03T11:00:00 "
+        "Nodes=od-3 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+        "ReservationName=coreburst-spend-50usd-3-3 StartTime=2026-12-03T11:00:00 "
+        "Nodes=od-4 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+        "ReservationName=coreburst-hold-cb StartTime=2026-12-03T11:00:00 "
+        "Nodes=cb-1 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+    ]
+    slurm = AnsweringSlurm({}, resv)
+    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=1000.0)  # $100 left
+    assert power.release_spend_holds() == ["od-4"]  # 50 fits; then 80 > 50 left; 300 > 50
+    assert [c for c in slurm.calls if c[0] == "delete"] == [
+        ("delete", "ReservationName=coreburst-spend-50usd-3-3")
+    ]
+    slurm.calls.clear()
+    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=900.0)  # nothing left
+    assert power.release_spend_holds() == []
+    assert not [c for c in slurm.calls if c[0] == "delete"]

@@ -1,4 +1,5 @@
-"""A real Slurm on 127.0.0.1 for the burst tests: munged, slurmctld, one slurmd per node.
+"""A real Slurm on 127.0.0.1 for the burst demo, tests and benchmark: munged, slurmctld, one
+slurmd per node, with EC2 on a moto server.
 
 Adapted from the approach of shared/slurm-lab (lab.sh): a private munged socket, ``slurmd -N
 <node>`` with its own ``Port=`` per node, fake GPUs as character devices 1:3 (``mknod``),
@@ -12,6 +13,9 @@ registering in the same second as the resume request can be ignored until Resume
 when the instance is gone it stops that slurmd, as a terminated instance would.
 
 Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (22.05).
+
+    >>> with burst_lab(Path("/tmp/lab")) as lab:   # doctest: +SKIP
+    ...     lab.slurm.run("sbatch", "-p", "core,burst", "--wrap", "true")
 """
 
 from __future__ import annotations
@@ -25,11 +29,15 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[3]
+from sandbox.emulator import AMI, MotoProcess, fake_session
+
+# The repository (sandbox/ is installed editable from it): the power programs run its burst.cli.
+REPO = Path(__file__).resolve().parents[1]
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch")
 DEBIAN_PACKAGES = "slurmctld slurmd slurm-client munge"
 CORE_NODES = ("core1", "core2")
@@ -375,6 +383,7 @@ class BootWatcher:
         self.seen: dict[str, tuple[str, float]] = {}  # node -> (instance, first seen)
         self.booted: dict[str, str] = {}  # node -> instance whose slurmd runs
         self.boots: list[tuple[str, str]] = []
+        self.boot_times: dict[str, float] = {}  # instance -> time.time() its slurmd started
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -385,7 +394,8 @@ class BootWatcher:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
 
     def _live(self) -> dict[str, str]:
         resp = self.ec2.describe_instances(
@@ -413,9 +423,86 @@ class BootWatcher:
                         self.lab.stop_slurmd(node)
                         self.lab.start_slurmd(node, booted=True)
                         self.booted[node] = iid
+                        self.boot_times[iid] = time.time()
                         self.boots.append((node, iid))
                 for node in [n for n in self.booted if n not in live]:
                     self.lab.stop_slurmd(node)
                     del self.booted[node]
             except Exception as exc:  # keep watching; the test reports what went wrong
                 self.errors.append(repr(exc))
+
+
+def launch_templates(ec2: Any, stack: str = "lab") -> None:
+    """What infra declares per cluster, as moto needs it: ``<cluster>-lt-<7 chars>`` (Pulumi's
+    auto-name), tagged with the stack by the provider's default tags."""
+    for cluster, suffix in (("od", "a1b2c3d"), ("sp", "e4f5a6b"), ("cb", "c7d8e9f")):
+        ec2.create_launch_template(
+            LaunchTemplateName=f"{cluster}-lt-{suffix}",
+            LaunchTemplateData={"ImageId": AMI, "InstanceType": "p5.48xlarge"},
+            TagSpecifications=[
+                {
+                    "ResourceType": "launch-template",
+                    "Tags": [{"Key": "coreburst-stack", "Value": stack}],
+                }
+            ],
+        )
+
+
+@dataclass
+class BurstLab:
+    """The running lab: Slurm, an EC2 client on the moto server, and the boot watcher."""
+
+    slurm: SlurmLab
+    ec2: Any
+    moto: MotoProcess
+    watcher: BootWatcher
+    wait: Callable[..., None] = wait_until
+
+    def instances(self, node: str, states: tuple[str, ...] = ("pending", "running")) -> list[str]:
+        resp = self.ec2.describe_instances(
+            Filters=[
+                {"Name": "tag:coreburst-slurm-node", "Values": [node]},
+                {"Name": "instance-state-name", "Values": list(states)},
+            ]
+        )
+        return [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
+
+    def stop(self) -> None:
+        """Watcher, then every Slurm daemon, then moto (each wait bounded)."""
+        self.watcher.stop()
+        self.slurm.stop()
+        self.moto.stop()
+
+
+def start_burst_lab(lab_dir: Path, *, boot_delay: float = 2.5, **timers: int) -> BurstLab:
+    """Start moto, munged, slurmctld, the core slurmds and the boot watcher. On any failure
+    whatever was started is stopped again before the error propagates. ``timers``:
+    suspend_time, resume_timeout, suspend_timeout (seconds)."""
+    moto = MotoProcess().start()
+    aws_env = {
+        "AWS_ENDPOINT_URL": moto.url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    slurm = SlurmLab(lab_dir, aws_env, **timers)
+    ec2 = fake_session().client("ec2", endpoint_url=moto.url)
+    watcher = BootWatcher(slurm, ec2, boot_delay=boot_delay)
+    lab = BurstLab(slurm, ec2, moto, watcher)
+    try:
+        launch_templates(ec2)
+        slurm.start()
+        watcher.start()
+    except BaseException:
+        lab.stop()
+        raise
+    return lab
+
+
+@contextlib.contextmanager
+def burst_lab(lab_dir: Path, **kwargs: Any) -> Iterator[BurstLab]:
+    lab = start_burst_lab(lab_dir, **kwargs)
+    try:
+        yield lab
+    finally:
+        lab.stop()

@@ -1,0 +1,245 @@
+"""Burst resume: submit → running on a burst node, and the resume program at 64 / 500 nodes.
+
+Two parts, both against local stand-ins (a moto server for EC2); the figures are this machine's,
+not EC2's or a real boot's.
+
+1. ``lab``: a real Slurm (sandbox/slurmlab.py: munged, slurmctld, slurmd per node; a launched
+   instance "boots" 2.5 s later by starting its slurmd). The core is filled, then a job
+   ``-p core,burst`` is submitted ``--runs`` times (each after the node has suspended again).
+   Split per run, from the power programs' audit log and the boot watcher:
+   submit → ResumeProgram's first record (Slurm's scheduling and power-save poll, plus the
+   program's Python start-up), the program's own EC2 work (request → launched), launched →
+   slurmd started (the emulated boot), and slurmd started → job RUNNING (Slurm's poll).
+2. ``resume N``: the resume program for N nodes of one on-demand pool, twice per size:
+   in-process (``burst.power.Power``) with every EC2 call counted through botocore's
+   ``before-call`` event hook, and as the real process (``python -m burst.cli resume``) for
+   its wall time including interpreter and import start-up. The target: CreateFleet calls
+   <= ceil(N / 500) per pool; DescribeInstances, CreateTags (one per instance, 16 in
+   parallel) are printed as they are. ``nodeAddress: registration`` (no scontrol call).
+
+$ python benchmarks/burst_resume.py                      # lab (if root + Slurm) and 64, 500
+$ python benchmarks/burst_resume.py --sizes 64,500,1000 --runs 3
+$ python benchmarks/burst_resume.py --no-lab
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from burst.config import load_burst_stack  # noqa: E402
+from burst.power import FLEET_BATCH, Audit, Power, Scontrol  # noqa: E402
+from sandbox.emulator import AMI, MotoProcess, fake_session  # noqa: E402
+from sandbox.slurmlab import BurstLab, missing_prerequisite, start_burst_lab  # noqa: E402
+
+# Made up for this benchmark; keys follow infra/config.py (StackConfig) and burst/config.py.
+BENCH_STACK = """\
+config:
+  aws:region: us-east-1
+  coreburst:availabilityZone: us-east-1a
+  coreburst:tags: {{team: ml, project: bench, costCenter: cc-1, environment: dev}}
+  coreburst:budget: {{monthlyUsd: 100000}}
+  coreburst:clusters:
+    - {{name: od, instanceType: p5.48xlarge, nodes: {nodes}, capacity: {{model: on-demand}}}}
+  coreburst:burst:
+    coreNodes: core[1-2]
+    nodeAddress: registration
+    logFile: {dir}/burst-power.log
+    auditLog: {dir}/burst-audit.jsonl
+"""
+
+
+# -- part 1: the lab ------------------------------------------------------------------------
+def _audit(lab: BurstLab) -> list[dict[str, Any]]:
+    path = lab.slurm.lab / "log" / "burst-audit.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _one_run(lab: BurstLab, n: int) -> dict[str, float]:
+    slurm = lab.slurm
+    before = len(_audit(lab))
+    t_submit = time.time()
+    job = slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "core,burst", "--exclusive", "-N1",
+        "-t", "10", "-J", f"bench-{n}", "--wrap", "sleep 1",
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    lab.wait("job running", lambda: slurm.job_state(job)[0] == "RUNNING", 90, every=0.1)
+    t_running = time.time()
+    node = slurm.job_state(job)[1]
+    new = _audit(lab)[before:]
+    req = next(e for e in new if e["event"] == "resume.request")
+    launched = next(e for e in new if e["event"] == "resume.launched")
+    (iid,) = launched["instances"]
+    boot = lab.watcher.boot_times[iid]
+    lab.wait("job done", lambda: slurm.job_state(job)[0] in ("COMPLETED", "GONE"), 30)
+    # Suspended again (SuspendTime + SuspendTimeout), so the next run starts from idle~.
+    lab.wait(
+        f"{node} powered down",
+        lambda: (
+            "POWERED_DOWN" in slurm.node_state(node)
+            and "POWERING_DOWN" not in slurm.node_state(node)
+        ),
+        60,
+    )
+    return {
+        "submit→program audit (+start-up)": req["ts"] - t_submit,
+        "program EC2 work": launched["ts"] - req["ts"],
+        "launched→slurmd (boot)": boot - launched["ts"],
+        "slurmd→RUNNING (Slurm poll)": t_running - boot,
+        "submit→RUNNING": t_running - t_submit,
+    }
+
+
+def bench_lab(runs: int) -> None:
+    why = missing_prerequisite()
+    if why:
+        print(f"lab: skipped ({why})")
+        return
+    with tempfile.TemporaryDirectory(prefix="coreburst-bench-lab-") as tmp:
+        lab = start_burst_lab(Path(tmp), suspend_time=2, resume_timeout=40, suspend_timeout=2)
+        try:
+            slurm = lab.slurm
+            fillers = [
+                slurm.run(
+                    "sbatch", "--parsable", "-o", "/dev/null", "-p", "core", "--exclusive",
+                    "-N1", "--wrap", "sleep 900",
+                ).stdout.strip() for _ in range(2)
+            ]  # fmt: skip
+            lab.wait(
+                "core full", lambda: all(slurm.job_state(j)[0] == "RUNNING" for j in fillers), 20
+            )
+            rows = [_one_run(lab, i) for i in range(runs)]
+        finally:
+            lab.slurm.run("scancel", "--user=root", check=False)
+            lab.stop()
+    print(f"lab: submit → running on a burst node, {runs} run(s), seconds")
+    for key in rows[0]:
+        vals = [r[key] for r in rows]
+        print(f"  {key:<34} " + "  ".join(f"{v:6.2f}" for v in vals))
+    slurm_keys = ("submit→program audit (+start-up)", "slurmd→RUNNING (Slurm poll)")
+    poll = sum(r[k] for r in rows for k in slurm_keys)
+    prog = sum(r["program EC2 work"] for r in rows)
+    total = sum(r["submit→RUNNING"] for r in rows)
+    print(
+        "  share of submit→RUNNING: Slurm (scheduling + polls; program start-up) "
+        f"{poll / total:.0%}, "
+        f"program EC2 work {prog / total:.0%}, emulated boot {1 - (poll + prog) / total:.0%}"
+    )
+
+
+# -- part 2: the resume program at N nodes ----------------------------------------------
+def _templates(ec2: Any) -> None:
+    ec2.create_launch_template(
+        LaunchTemplateName="od-lt-a1b2c3d",
+        LaunchTemplateData={"ImageId": AMI, "InstanceType": "p5.48xlarge"},
+        TagSpecifications=[
+            {
+                "ResourceType": "launch-template",
+                "Tags": [{"Key": "coreburst-stack", "Value": "bench"}],
+            }
+        ],
+    )
+
+
+def bench_resume(moto: MotoProcess, n: int, work: Path) -> dict[str, Any]:
+    d = work / f"n{n}"
+    d.mkdir()
+    (d / "Pulumi.bench.yaml").write_text(BENCH_STACK.format(nodes=n, dir=d))
+    stack = load_burst_stack("bench", d)
+    hostlist = f"od-[1-{n}]"
+
+    moto.reset()
+    ec2 = fake_session().client("ec2", endpoint_url=moto.url)
+    _templates(ec2)
+    calls: Counter[str] = Counter()
+
+    def count(model: Any, **_: Any) -> None:
+        calls[model.name] += 1
+
+    ec2.meta.events.register("before-call.ec2", count)
+    power = Power(stack, ec2, Scontrol(), Audit(d / "audit-inprocess.jsonl"))
+    t0 = time.perf_counter()
+    result = power.resume(hostlist, None)
+    in_process = time.perf_counter() - t0
+    assert len(result.launched) == n and not result.failed, result.failed
+
+    moto.reset()
+    _templates(fake_session().client("ec2", endpoint_url=moto.url))
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": moto.url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "PYTHONPATH": str(REPO),
+    }
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "burst.cli", "resume", hostlist, "--stack", "bench",
+         "--stack-dir", str(d)],
+        env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    process = time.perf_counter() - t0
+    if proc.returncode != 0:
+        raise RuntimeError(f"resume {hostlist} exited {proc.returncode}: {proc.stderr[-500:]}")
+    audit = [json.loads(x) for x in (d / "burst-audit.jsonl").read_text().splitlines()]
+    launched = next(e for e in audit if e["event"] == "resume.launched")
+    return {
+        "nodes": n,
+        "in_process_s": in_process,
+        "process_s": process,
+        "process_instances": len(launched["instances"]),
+        "calls": dict(calls),
+        "fleet_target": math.ceil(n / FLEET_BATCH),
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
+    ap.add_argument("--sizes", default="64,500", help="node counts for the resume program")
+    ap.add_argument("--runs", type=int, default=2, help="lab runs (submit → running)")
+    ap.add_argument("--no-lab", action="store_true", help="skip the real-Slurm part")
+    args = ap.parse_args()
+    sizes = [int(x) for x in args.sizes.split(",") if x]
+    if not args.no_lab:
+        bench_lab(args.runs)
+    moto = MotoProcess().start()
+    ok = True
+    try:
+        with tempfile.TemporaryDirectory(prefix="coreburst-bench-resume-") as tmp:
+            print("resume program: one on-demand pool, EC2 on moto server")
+            print(
+                f"  {'nodes':>5}  {'in-process s':>12}  {'process s':>9}  {'CreateFleet':>11}  "
+                f"{'DescribeInstances':>17}  {'CreateTags':>10}  other calls"
+            )
+            for n in sizes:
+                r = bench_resume(moto, n, Path(tmp))
+                c = dict(r["calls"])
+                fleet = c.pop("CreateFleet", 0)
+                desc = c.pop("DescribeInstances", 0)
+                tags = c.pop("CreateTags", 0)
+                good = fleet <= r["fleet_target"] and r["process_instances"] == n
+                ok &= good
+                print(
+                    f"  {n:>5}  {r['in_process_s']:>12.2f}  {r['process_s']:>9.2f}  "
+                    f"{fleet:>7} {'✓' if good else '✗'} (≤{r['fleet_target']})"
+                    f"  {desc:>17}  {tags:>10}  {c or '-'}"
+                )
+    finally:
+        moto.stop()
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
