@@ -7,6 +7,7 @@ and the rest emulated, and nothing reaches AWS.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import mock_aws
+from moto.core.botocore_stubber import BotocoreStubber
 
 from guardrails.state import State
 from guardrails.state_dynamo import DynamoState, create_table
@@ -34,6 +36,20 @@ def open_store(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
     opened: list[StateStore] = []
+    # DynamoDB applies each request atomically: a conditional UpdateItem checks its condition
+    # and writes as one step ("Condition expressions", DynamoDB Developer Guide: "If the
+    # condition expression evaluates to true, the operation succeeds"). moto's in-process
+    # backend checks and then writes without a lock, so two threads can both pass the same
+    # condition (seen: one outbox row sent twice). One lock per emulated request restores that
+    # atomicity; requests from two threads still interleave between calls.
+    request_lock = threading.Lock()
+    unlocked = BotocoreStubber.process_request
+
+    def atomic(self: BotocoreStubber, req: Any) -> Any:
+        with request_lock:
+            return unlocked(self, req)
+
+    monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
     with mock_aws():
         ddb: Any = boto3.resource("dynamodb", region_name="us-east-1")
         tables: dict[str, Any] = {}
