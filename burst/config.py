@@ -129,6 +129,12 @@ class BurstSettings(_Model):
     # Instance tag holding the Slurm node name.
     node_tag_key: str = "coreburst-slurm-node"
     spend_gate: SpendGate | None = None
+    # The guardrails daemon's burst-reconcile heartbeat file (burst_reconcile.heartbeat_file in
+    # guardrails.yaml). When set, resume launches nothing while it is older than
+    # heartbeatIntervals x reconcilerIntervalS: nobody would clean up what it launches.
+    reconciler_heartbeat: Path | None = None
+    reconciler_interval_s: int = Field(default=60, ge=10)
+    heartbeat_intervals: int = Field(default=3, ge=1)
     # How a burst node joins this controller (infra/config.py BurstNode; the user data reads it).
     node: BurstNode | None = None
 

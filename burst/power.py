@@ -69,6 +69,9 @@ FAIL_REASON = "Failure when resuming nodes"
 # forced power-down completes (measured in tests/integration/burst/test_spend_gate.py).
 SPEND_HOLD_REASON = "coreburst: spend gate"
 SPEND_HOLD_RESERVATION = "coreburst-spend-"
+# The reason on nodes resume refused because the reconciler (guardrails burst-reconcile) has
+# not written its heartbeat lately (coreburst:burst.reconcilerHeartbeat).
+HEARTBEAT_REASON = "coreburst: reconciler heartbeat stale"
 
 
 class PowerInputError(ValueError):
@@ -130,6 +133,7 @@ class ResumeResult:
     already: dict[str, str] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)  # node -> error code
     held: list[str] = field(default_factory=list)  # nodes the spend gate held
+    refused: list[str] = field(default_factory=list)  # stale reconciler heartbeat
     fleet_calls: int = 0
 
 
@@ -487,6 +491,34 @@ class Power:
             self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
             self.audit("resume.failed", nodes=hl, code=code)
 
+    # -- reconciler heartbeat -------------------------------------------------------------
+    def heartbeat_stale(self) -> str | None:
+        """Why the reconciler's heartbeat is stale, or None (also None when none is set)."""
+        s = self.stack.settings
+        if s.reconciler_heartbeat is None:
+            return None
+        limit = s.heartbeat_intervals * s.reconciler_interval_s
+        try:
+            doc = json.loads(s.reconciler_heartbeat.read_text(encoding="utf-8"))
+            ts = datetime.fromisoformat(str(doc["ts"]))
+        except FileNotFoundError:
+            return f"no reconciler heartbeat at {s.reconciler_heartbeat}"
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            why = type(exc).__name__
+            return f"reconciler heartbeat {s.reconciler_heartbeat} unreadable ({why})"
+        age = (self.now() - ts).total_seconds()
+        if age > limit:
+            return f"reconciler heartbeat is {age:.0f}s old (limit {limit}s)"
+        return None
+
+    def refuse(self, names: list[str], why: str) -> None:
+        """DOWN with HEARTBEAT_REASON (the jobs requeue now), then a forced power-down."""
+        hl = compress(names)
+        self.slurm.scontrol("update", f"nodename={hl}", "state=down", f"reason={HEARTBEAT_REASON}")
+        self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
+        log.error("resume refused for %s: %s", hl, why)
+        self.audit("resume.refused", nodes=hl, reason=why)
+
     # -- spend gate -----------------------------------------------------------------------
     def _job_hours(self, job_id: str) -> float:
         """The job's time limit in hours (``scontrol show job``); no limit, or a job Slurm
@@ -642,6 +674,10 @@ class Power:
             log.info("already running, not launched again: %s", compress(result.already))
             self.audit("resume.already_running", nodes=compress(result.already))
         todo = [n for n in names if n not in result.already]
+        stale = self.heartbeat_stale() if todo else None
+        if stale is not None:
+            self.refuse(todo, stale)
+            result.refused, todo = todo, []
         if todo and self.stack.settings.spend_gate is not None:
             cost, why = self.spend_check(todo, jobs)
             if why is not None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from common.errors import one_line
 from common.textio import read_text
@@ -51,11 +51,81 @@ class IntFigure(_Strict):
     unverified: bool = False
 
 
+class NeuronCores(_Strict):
+    """The NeuronCores of one Trainium chip and the logical-core sizes its runtime accepts.
+
+    The Neuron runtime groups ``logical_core_size`` physical cores into one logical NeuronCore
+    (LNC, ``NEURON_LOGICAL_NC_CONFIG``); neuron-monitor reports logical cores, so a node shows
+    ``chips * physical_per_chip / LNC`` of them (trn2.48xlarge: 16 * 8 / 2 = 64 at the default).
+    """
+
+    physical_per_chip: int = Field(gt=0)
+    logical_core_sizes: list[int] = Field(min_length=1)
+    default_logical_core_size: int = Field(gt=0)
+    as_of: str
+    source: str
+    unverified: bool = False
+
+    @model_validator(mode="after")
+    def _sizes(self) -> NeuronCores:
+        bad = [s for s in self.logical_core_sizes if s <= 0 or self.physical_per_chip % s]
+        if bad:
+            raise ValueError(
+                f"logical_core_sizes {bad} do not divide physical_per_chip {self.physical_per_chip}"
+            )
+        if self.default_logical_core_size not in self.logical_core_sizes:
+            raise ValueError(
+                f"default_logical_core_size {self.default_logical_core_size} is not one of "
+                f"logical_core_sizes {self.logical_core_sizes}"
+            )
+        return self
+
+
 class Accelerator(_Strict):
     kind: Literal["nvidia", "neuron"]
     model: str
     count: int = Field(gt=0)
     memory_gib: int = Field(gt=0)
+    # Trainium/Inferentia only: how many NeuronCores each chip shows (required for neuron).
+    neuron_cores: NeuronCores | None = None
+
+    @model_validator(mode="after")
+    def _cores(self) -> Accelerator:
+        if self.kind == "neuron" and self.neuron_cores is None:
+            raise ValueError(f"{self.model}: a neuron accelerator needs neuron_cores")
+        if self.kind != "neuron" and self.neuron_cores is not None:
+            raise ValueError(f"{self.model}: neuron_cores is for neuron accelerators only")
+        return self
+
+    def utilization_series(self, logical_core_size: int | None = None) -> int:
+        """How many per-device utilization series a node of this type publishes: one per GPU,
+        or one per logical NeuronCore at ``logical_core_size`` (None: the runtime's default).
+        Raises ``CatalogError`` for a size this chip does not accept.
+
+        >>> cat = load_catalog()
+        >>> acc = cat.instance("trn2.48xlarge").accelerator
+        >>> acc.utilization_series(), acc.utilization_series(1)
+        (64, 128)
+        >>> cat.instance("p5.48xlarge").accelerator.utilization_series()
+        8
+        """
+        nc = self.neuron_cores
+        if nc is None:
+            return self.count
+        size = nc.default_logical_core_size if logical_core_size is None else logical_core_size
+        if size not in nc.logical_core_sizes:
+            raise CatalogError(
+                f"logical NeuronCore size {size} is not one {self.model} accepts "
+                f"({', '.join(map(str, nc.logical_core_sizes))})"
+            )
+        return self.count * nc.physical_per_chip // size
+
+    def max_utilization_series(self) -> int:
+        """The most series a node can publish (neuron: every physical core, LNC=1 or lowest)."""
+        nc = self.neuron_cores
+        if nc is None:
+            return self.count
+        return self.count * nc.physical_per_chip // min(nc.logical_core_sizes)
 
 
 class InstanceType(_Strict):
@@ -191,7 +261,7 @@ class Catalog(_Strict):
         found: list[str] = []
 
         def walk(node: object, path: str) -> None:
-            if isinstance(node, Figure | IntFigure):
+            if isinstance(node, Figure | IntFigure | NeuronCores):
                 if node.unverified:
                     found.append(path)
             elif isinstance(node, BaseModel):

@@ -36,6 +36,13 @@ UTILIZATION_METRICS: dict[AcceleratorKind, UtilizationMetric] = {
 }
 
 
+# A Trainium node whose runtime runs at a logical NeuronCore size other than the catalog's
+# default (NEURON_LOGICAL_NC_CONFIG; trn2: 1 or 2, default 2) carries it in this instance tag,
+# so the guardrails expect chips x physical cores per chip / size series (trn2 at LNC=1: 128).
+# The launch template that sets the variable sets the tag; ``idle.neuron_lnc`` sets it fleet-wide.
+NEURON_LNC_TAG = "coreburst:neuron-lnc"
+
+
 def cloudwatch_agent_config(metrics_interval_s: int = 60) -> str:
     """CloudWatch agent JSON that publishes per-GPU utilization with exactly the dimension set
     in ``UTILIZATION_METRICS['nvidia']`` (InstanceId + index, nothing else)."""

@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from common.catalog import Catalog
+from common.catalog import Catalog, load_catalog
 from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
 from guardrails.model import DeviceSeries, Market, Node, Series
@@ -161,8 +161,12 @@ def discover_series(cw: Any, metric: MetricConfig, nodes: list[Node], mode: str)
     dims = {"InstanceId", metric.device_dimension}
     refs: list[SeriesRef] = []
     if mode == "telemetry":
+        cat = load_catalog()
         for n in nodes:
-            for i in range(n.accelerator_count):
+            # every device the node can have (trn2: each physical NeuronCore, as at LNC=1);
+            # devices that publish nothing are dropped, and coverage is checked against the
+            # count the node is configured for
+            for i in range(cat.instance(n.instance_type).accelerator.max_utilization_series()):
                 d = (("InstanceId", n.instance_id), (metric.device_dimension, str(i)))
                 refs.append(
                     SeriesRef(n.instance_id, str(i), metric.namespace, metric.metric_name, d)
@@ -388,6 +392,8 @@ class LustreFs:
     throughput: int | None
     capacity_gib: int
     tags: dict[str, str]
+    # DescribeFileSystems' CreationTime: a file system made today bills from then, not midnight
+    created: datetime | None = None
 
 
 def lustre_file_systems(fsx: Any) -> list[LustreFs]:
@@ -404,6 +410,7 @@ def lustre_file_systems(fsx: Any) -> list[LustreFs]:
                     lc.get("PerUnitStorageThroughput"),
                     int(fs.get("StorageCapacity", 0)),
                     {t["Key"]: t["Value"] for t in fs.get("Tags", [])},
+                    fs.get("CreationTime"),
                 )
             )
     return out

@@ -250,6 +250,7 @@ def print_report(r: Any, console: Console) -> None:
         console.print(
             f"  spend {scope}: ${s['burn_usd_per_hour']:,.2f}/h, today ${s['today_usd']:,.2f}, "
             f"MTD ${s['month_to_date_usd']:,.2f}, projected month ${s['projected_month_usd']:,.2f}"
+            + "".join(f"; {line}" for line in _spend_notes(s))
         )
     if r.egress:
         console.print(
@@ -258,6 +259,19 @@ def print_report(r: Any, console: Console) -> None:
         )
     for e in r.errors:
         console.print(f"  [yellow]error[/] {e}")
+
+
+def _spend_notes(s: dict[str, Any]) -> list[str]:
+    """What a scope's totals leave out and when its limits are reached at the current burn
+    (from a cycle report's or ``last_cycle``'s spend entry; older entries lack both)."""
+    notes = []
+    if s.get("unpriced_instances"):
+        kinds = ", ".join(f"{c} {k}" for k, c in sorted((s.get("unpriced") or {}).items()))
+        notes.append(f"excludes {s['unpriced_instances']} unpriced instance(s): {kinds}")
+    for kind in ("daily", "monthly"):
+        if s.get(f"{kind}_limit_at"):
+            notes.append(f"{kind} limit reached at {s[f'{kind}_limit_at']} at the current burn")
+    return notes
 
 
 @app.command("check-config")
@@ -417,7 +431,7 @@ def status(config: ConfigOpt = None) -> None:
             r["reason"],
         )
     console.print(t)
-    t = Table("scope", "$/h", "today", "month to date", "projected month", title="Spend")
+    t = Table("scope", "$/h", "today", "month to date", "projected month", "notes", title="Spend")
     for scope, s in last.get("spend", {}).items():
         t.add_row(
             scope,
@@ -425,6 +439,7 @@ def status(config: ConfigOpt = None) -> None:
             f"{s['today_usd']:,.2f}",
             f"{s['month_to_date_usd']:,.2f}",
             f"{s['projected_month_usd']:,.2f}",
+            escape("; ".join(_spend_notes(s))),
         )
     console.print(t)
     eg = last.get("egress") or {}

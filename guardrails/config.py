@@ -181,24 +181,52 @@ class AwsConfig(_Strict):
 
 
 class MetricConfig(_Strict):
+    """Where one accelerator family's per-device utilization is read. How many series a node
+    must have is not configurable here: it comes from the catalog (one per GPU; one per logical
+    NeuronCore at the node's LNC, see ``idle.neuron_lnc``), so a node is idle only when every
+    accelerator it has is covered."""
+
     namespace: str
     metric_name: str
     device_dimension: str
-    # "accelerator-count": a node needs one series per accelerator in the catalog (nvidia: one
-    # per GPU). Neuron publishes per NeuronCore whose count depends on the LNC setting, so
-    # there the default only requires that some series exist.
-    expect_series: Literal["accelerator-count"] | int = "accelerator-count"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_expect_series(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "expect_series" in data:
+            raise ValueError(
+                "expect_series is no longer accepted: the expected number of series comes from "
+                "the catalog (one per GPU, one per logical NeuronCore at idle.neuron_lnc or the "
+                "node's coreburst:neuron-lnc tag); remove it"
+            )
+        return data
 
 
 def _default_metrics() -> dict[AcceleratorKind, MetricConfig]:
-    out: dict[AcceleratorKind, MetricConfig] = {}
-    for kind, m in UTILIZATION_METRICS.items():
-        out[kind] = MetricConfig(
-            namespace=m.namespace,
-            metric_name=m.metric_name,
-            device_dimension=m.device_dimension,
-            expect_series="accelerator-count" if kind == "nvidia" else 1,
+    return {
+        kind: MetricConfig(
+            namespace=m.namespace, metric_name=m.metric_name, device_dimension=m.device_dimension
         )
+        for kind, m in UTILIZATION_METRICS.items()
+    }
+
+
+def _merge_metrics(value: Any) -> Any:
+    """``idle.metrics`` merges into the defaults, family by family and key by key: overriding
+    ``neuron`` keeps ``nvidia``, and ``neuron: {metric_name: x}`` keeps the namespace and device
+    dimension. ``<family>: null`` removes a family (refused while a watched type needs it)."""
+    if value is None:
+        return _default_metrics()
+    if not isinstance(value, dict):
+        return value  # pydantic says what is wrong with it
+    out: dict[Any, Any] = {k: m.model_dump() for k, m in _default_metrics().items()}
+    for kind, m in value.items():
+        if m is None:
+            out.pop(kind, None)
+        elif isinstance(m, dict) and isinstance(out.get(kind), dict):
+            out[kind] = {**out[kind], **m}
+        else:
+            out[kind] = m
     return out
 
 
@@ -216,7 +244,13 @@ class IdleConfig(_Strict):
     # How long a ListMetrics answer is reused; an instance that was not running when it was
     # taken triggers a fresh one at once.
     series_refresh: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
-    metrics: dict[AcceleratorKind, MetricConfig] = Field(default_factory=_default_metrics)
+    metrics: Annotated[dict[AcceleratorKind, MetricConfig], BeforeValidator(_merge_metrics)] = (
+        Field(default_factory=_default_metrics)
+    )
+    # Logical NeuronCore size (LNC) of the Trainium nodes, fleet-wide; None = the catalog's
+    # default for each type (trn2: 2, so 64 series per trn2.48xlarge). A node's
+    # ``coreburst:neuron-lnc`` tag overrides it.
+    neuron_lnc: int | None = Field(default=None, ge=1)
 
     @model_validator(mode="after")
     def _consistent(self) -> IdleConfig:
@@ -308,6 +342,43 @@ class BudgetRelayConfig(_Strict):
     max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
 
 
+class BurstReconcileConfig(_Strict):
+    """The ``burst-reconcile`` rule (guardrails/rules/burst_reconcile.py): EC2 against the
+    on-prem Slurm's cloud nodes. Off unless switched on; it needs ``scontrol`` on this host."""
+
+    enabled: bool = False
+    # The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>).
+    stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    stack_tag_key: str = "coreburst-stack"
+    node_tag_key: str = "coreburst-slurm-node"
+    # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
+    orphan_timeout: Annotated[timedelta, Between("30s", "1d")] = timedelta(minutes=15)
+    # Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
+    # Auto Scaling group members (tag aws:autoscaling:groupName) are never counted.
+    untagged_orphans: bool = True
+    # Where scontrol is (None: PATH) and which slurm.conf it reads (None: SLURM_CONF / default).
+    slurm_bin_dir: Path | None = None
+    slurm_conf: Path | None = None
+    slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    # Written (atomically) after every completed cycle; the resume program refuses to launch
+    # when it is stale (coreburst:burst.reconcilerHeartbeat).
+    heartbeat_file: Path | None = None
+    # The resume program's audit log (coreburst:burst.auditLog). When set: a pool whose resume
+    # got InsufficientInstanceCapacity is held (a MAINT reservation) for capacity_backoff, and
+    # one with bootstrap_failures_before_protect resume-fail events within bootstrap_window is
+    # held until an operator deletes its coreburst-protect-<pool> reservation.
+    burst_audit_log: Path | None = None
+    capacity_backoff: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
+    bootstrap_failures_before_protect: int = Field(default=3, ge=1, le=1000)
+    bootstrap_window: Annotated[timedelta, Between("10m", "7d")] = timedelta(hours=24)
+
+    @model_validator(mode="after")
+    def _stack_when_enabled(self) -> BurstReconcileConfig:
+        if self.enabled and not self.stack:
+            raise ValueError("set stack: <the Pulumi stack name> when enabled is true")
+        return self
+
+
 class SlackConfig(_Strict):
     # The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML.
     webhook_url_file: Path | None = None
@@ -380,7 +451,14 @@ class OrgConfig(_Strict):
 
 # The names ``rules`` may list: the config's vocabulary. ``guardrails.rules`` registers exactly
 # these (it refuses to import otherwise), so the config never imports the rules that read it.
-RULE_NAMES = ("budget-relay", "egress-spike", "idle-reclaim", "inventory", "spend-limit")
+RULE_NAMES = (
+    "budget-relay",
+    "burst-reconcile",
+    "egress-spike",
+    "idle-reclaim",
+    "inventory",
+    "spend-limit",
+)
 
 
 def _known_rules(value: list[str] | None) -> list[str] | None:
@@ -485,6 +563,7 @@ class GuardrailsConfig(BaseSettings):
     spend: SpendConfig = SpendConfig()
     egress: EgressConfig = EgressConfig()
     budget_relay: BudgetRelayConfig = BudgetRelayConfig()
+    burst_reconcile: BurstReconcileConfig = BurstReconcileConfig()
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
     metrics_endpoint: MetricsEndpointConfig = MetricsEndpointConfig()
@@ -603,6 +682,7 @@ def parse_config(text: str, origin: str = "<config>") -> GuardrailsConfig:
                 f"{origin}: instance_types: {t!r} is not in the catalog; allowed: "
                 f"{', '.join(sorted(cat.instances))}"
             )
+    _check_metric_coverage(cfg, origin)
     for port in cfg.spend.direct_connect_ports or []:
         if port.bandwidth not in cat.direct_connect_port_usd_per_hour:
             raise ConfigError(
@@ -618,6 +698,34 @@ def parse_config(text: str, origin: str = "<config>") -> GuardrailsConfig:
                 f"{origin}: spend.scopes.{s.name}: set both tag_key and tag_value, or neither"
             )
     return cfg
+
+
+def _check_metric_coverage(cfg: GuardrailsConfig, origin: str) -> None:
+    """Every accelerator family the watched types have needs a utilization metric, and
+    ``idle.neuron_lnc`` must be a size each watched Trainium type accepts: otherwise whole
+    families would be silently blind (or, with a wrong count, wrongly covered)."""
+    cat = load_catalog()
+    by_kind: dict[str, list[str]] = {}
+    for t in cfg.watched_types():
+        by_kind.setdefault(cat.instance(t).accelerator.kind, []).append(t)
+    for kind, types in sorted(by_kind.items()):
+        if kind not in cfg.idle.metrics:
+            default = UTILIZATION_METRICS[kind]  # type: ignore[index]
+            raise ConfigError(
+                f"{origin}: idle.metrics: no metric for {kind} accelerators, which "
+                f"{', '.join(types)} have; remove `{kind}: null` to use the default "
+                f"({default.namespace} {default.metric_name} by {default.device_dimension}), "
+                "or leave those types out with instance_types"
+            )
+    lnc = cfg.idle.neuron_lnc
+    if lnc is not None:
+        for t in by_kind.get("neuron", []):
+            nc = cat.instance(t).accelerator.neuron_cores
+            if nc is not None and lnc not in nc.logical_core_sizes:
+                raise ConfigError(
+                    f"{origin}: idle.neuron_lnc: {lnc} is not a logical NeuronCore size of {t}; "
+                    f"allowed: {', '.join(map(str, nc.logical_core_sizes))}"
+                )
 
 
 def load_config(path: Path | None) -> GuardrailsConfig:

@@ -11,6 +11,11 @@
 A node is IDLE only when every accelerator has datapoints covering the whole window up to the
 present and every one of them is below the threshold. Missing, stale or partial data makes it
 UNKNOWN ("blind"): reported, never reclaimed. Missing data is never read as zero.
+
+"Every accelerator" is counted by the caller from the catalog and the node's configuration
+(``guardrails.rules.idle_reclaim.expected_series``: one series per GPU, one per logical
+NeuronCore at the node's LNC), never assumed: with 63 of a trn2's 64 NeuronCore series the
+node is blind, not idle. When that count cannot be known the caller passes the reason instead.
 """
 
 from __future__ import annotations
@@ -73,9 +78,12 @@ def _device_stat(device: str, s: Series, start: datetime, now: datetime) -> Devi
 
 
 def assess_utilization(
-    series: DeviceSeries, expected_series: int, now: datetime, params: IdleParams
+    series: DeviceSeries, expected_series: int | str, now: datetime, params: IdleParams
 ) -> Utilization:
-    """Classify one node from its per-device series (see module docstring)."""
+    """Classify one node from its per-device series (see module docstring).
+
+    ``expected_series``: how many devices the node has (each must be covered), or why that
+    cannot be known (then the node can be busy or blind, never idle)."""
     start = now - params.window
     stats = [_device_stat(d, pts, start, now) for d, pts in sorted(series.items())]
     thr = params.threshold_percent
@@ -94,6 +102,10 @@ def assess_utilization(
         if idle_devs:
             reason += f"; {len(idle_devs)} of {len(stats)} devices idle (reported, not reclaimed)"
         return Utilization("busy", reason, stats, idle_devs)
+    if isinstance(expected_series, str):
+        return Utilization("unknown", expected_series, stats, idle_devs)
+    if expected_series < 1:
+        return Utilization("unknown", "no accelerator count for this node", stats, idle_devs)
     if not series:
         return Utilization("unknown", "no utilization series for this node", stats)
     if len(series) < expected_series:

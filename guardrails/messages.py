@@ -13,7 +13,7 @@ decide *when* to alert and pass in what they saw; the wording lives here, in one
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import date, datetime, timedelta
 
 from guardrails.budget_relay import BudgetNotice
@@ -147,6 +147,41 @@ def blind(decisions: Sequence[Decision]) -> Alert:
 
 
 # -- spend-limit -----------------------------------------------------------------------------
+def unpriced_text(unpriced: Mapping[str, int]) -> str:
+    """What a spend total leaves out: instances the catalog has no price for.
+
+    >>> unpriced_text({"trn2.48xlarge in eu-west-1 (on-demand)": 3})
+    '3 unpriced instance(s) not in these totals: 3 trn2.48xlarge in eu-west-1 (on-demand)'
+    """
+    n = sum(unpriced.values())
+    kinds = ", ".join(f"{c} {k}" for k, c in sorted(unpriced.items()))
+    return f"{n} unpriced instance(s) not in these totals: {kinds}"
+
+
+def breach_text(kind: str, at: datetime | None, burn: float, now: datetime) -> str:
+    """The projected breach at the current burn, e.g. "daily limit reached at 14:20 UTC at
+    $412/h" (``kind``: daily or monthly).
+
+    >>> from datetime import UTC, datetime
+    >>> now = datetime(2026, 12, 3, 9, tzinfo=UTC)
+    >>> breach_text("daily", datetime(2026, 12, 3, 14, 20, tzinfo=UTC), 412.0, now)
+    'daily limit reached at 14:20 UTC at $412/h'
+    >>> breach_text("monthly", datetime(2026, 12, 19, 8, 5, tzinfo=UTC), 412.0, now)
+    'monthly limit reached on 2026-12-19 at 08:05 UTC at $412/h'
+    >>> breach_text("daily", None, 12.5, now)
+    'daily limit not reached this day at $12.50/h'
+    """
+    rate = f"${burn:,.0f}/h" if burn >= 100 else f"${burn:,.2f}/h"
+    if at is None:
+        return f"{kind} limit not reached this {'day' if kind == 'daily' else 'month'} at {rate}"
+    if at <= now:
+        return f"{kind} limit reached (burning {rate})"
+    when = (
+        f"at {at:%H:%M} UTC" if at.date() == now.date() else f"on {at:%Y-%m-%d} at {at:%H:%M} UTC"
+    )
+    return f"{kind} limit reached {when} at {rate}"
+
+
 def spend_threshold(
     scope: str,
     period: str,
@@ -157,18 +192,76 @@ def spend_threshold(
     burn: float,
     projected_month: float,
     enforce: bool,
+    now: datetime | None = None,
+    breach_at: datetime | None = None,
+    unpriced: Mapping[str, int] | None = None,
 ) -> Alert:
     key = f"spend:{scope}:{period}:{percent:g}"
+    kind = period.split(":", maxsplit=1)[0]
+    excl = f" (excluding {sum(unpriced.values())} unpriced instance(s))" if unpriced else ""
+    lines = [
+        f"Spent ${spent:,.2f} of ${limit:,.2f} ({period}); burn "
+        f"${burn:,.2f}/h; projected month ${projected_month:,.2f}{excl}.",
+    ]
+    if now is not None:
+        lines.append(f"Forecast: {breach_text(kind, breach_at, burn, now)}.")
+    if unpriced:
+        lines.append(unpriced_text(unpriced) + " (add their prices to common/data/catalog.yaml).")
+    lines.append("Enforcement " + ("is ON for this scope." if enforce else "is off (alert only)."))
     return Alert(
         key,
         key,
-        f"Spend {scope}: {percent:g}% of the {period.split(':', maxsplit=1)[0]} limit",
-        [
-            f"Spent ${spent:,.2f} of ${limit:,.2f} ({period}); burn "
-            f"${burn:,.2f}/h; projected month ${projected_month:,.2f}.",
-            "Enforcement " + ("is ON for this scope." if enforce else "is off (alert only)."),
-        ],
+        f"Spend {scope}: {percent:g}% of the {kind} limit",
+        lines,
         severity="critical" if spent >= limit else "warning",
+    )
+
+
+def spend_forecast(
+    scope: str,
+    period: str,
+    *,
+    now: datetime,
+    breach_at: datetime,
+    spent: float,
+    limit: float,
+    burn: float,
+    unpriced: Mapping[str, int] | None = None,
+) -> Alert:
+    """A limit the current burn will reach before the period ends (computed from this cycle's
+    burn, so it moves minutes after the burn does; AWS Budgets' forecast lags hours). Each
+    projected breach time is its own event; the rule decides which are worth sending."""
+    kind = period.split(":", maxsplit=1)[0]
+    key = f"forecast:{scope}:{period}:{breach_at:%Y-%m-%dT%H:%M}"
+    excl = f" (excluding {sum(unpriced.values())} unpriced instance(s))" if unpriced else ""
+    lines = [
+        f"Forecast: {breach_text(kind, breach_at, burn, now)}.",
+        f"Spent ${spent:,.2f} of ${limit:,.2f} ({period}){excl}.",
+    ]
+    if unpriced:
+        lines.append(unpriced_text(unpriced) + ".")
+    return Alert(
+        key,
+        key,
+        f"Spend {scope}: {kind} limit reached at {breach_at:%H:%M} UTC at the current burn"
+        if kind == "daily"
+        else f"Spend {scope}: monthly limit reached on {breach_at:%Y-%m-%d} at the current burn",
+        lines,
+    )
+
+
+def spend_unpriced(scope: str, day: date, unpriced: Mapping[str, int]) -> Alert:
+    """Instances in a scope the catalog has no price for: its totals are low by their cost."""
+    kinds = ",".join(sorted(unpriced))
+    return Alert(
+        f"unpriced:{scope}:{day}:" + hashlib.sha1(kinds.encode()).hexdigest()[:12],
+        f"unpriced:{scope}",
+        f"Spend {scope}: {sum(unpriced.values())} instance(s) without a price",
+        [
+            unpriced_text(unpriced) + ".",
+            "Spend totals, limits and forecasts for this scope are low by their cost until "
+            "their prices are in common/data/catalog.yaml.",
+        ],
     )
 
 

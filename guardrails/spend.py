@@ -13,6 +13,7 @@ plus what the live burn rate accrued since.
 from __future__ import annotations
 
 import calendar
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -75,6 +76,62 @@ def accrue(
         return burn_usd_per_hour * (now - midnight).total_seconds() / 3600
     dt_h = max(0.0, (now - previous_at).total_seconds() / 3600)
     return previous_usd + burn_usd_per_hour * dt_h
+
+
+def accrue_since_launch(
+    previous_usd: float,
+    previous_at: datetime | None,
+    items: Iterable[tuple[float, datetime | None]],
+    now: datetime,
+) -> float:
+    """Spend accrued since midnight UTC, each item ($/h, running since) counted from when it
+    started running, not from midnight.
+
+    With an earlier sample today, what accrued then plus each item's rate since
+    ``max(sample, its start)``; with none (the scope's first cycle, a new day, a clock that went
+    back) from ``max(midnight, its start)``: an instance launched at 09:00 has cost nothing
+    before 09:00. An item whose start is unknown (None) runs since midnight or the sample, the
+    over-estimate, which is the safe side for a spend guardrail; so does one that starts after
+    ``now`` (this clock is behind EC2's).
+
+    >>> from datetime import UTC, datetime
+    >>> now = datetime(2026, 4, 10, 12, tzinfo=UTC)
+    >>> accrue_since_launch(0.0, None, [(10.0, datetime(2026, 4, 10, 9, tzinfo=UTC))], now)
+    30.0
+    """
+    midnight = day_start(now)
+    if previous_at is None or previous_at < midnight or previous_at > now:
+        total, since = 0.0, midnight
+    else:
+        total, since = previous_usd, previous_at
+    for rate, start in items:
+        # a start after "now" means this clock is behind EC2's: count the safe way
+        begin = since if start is None or start > now else max(since, start)
+        total += rate * max(0.0, (now - begin).total_seconds()) / 3600
+    return total
+
+
+def breach_time(
+    spent_usd: float,
+    limit_usd: float,
+    burn_usd_per_hour: float,
+    now: datetime,
+    period_end: datetime,
+) -> datetime | None:
+    """When spending reaches ``limit_usd`` at the current burn: ``now`` if it already has, None
+    if it will not before ``period_end`` (or nothing burns).
+
+    >>> from datetime import UTC, datetime
+    >>> breach_time(800.0, 1000.0, 100.0, datetime(2026, 4, 10, 12, tzinfo=UTC),
+    ...             datetime(2026, 4, 11, tzinfo=UTC)).strftime("%H:%M")
+    '14:00'
+    """
+    if spent_usd >= limit_usd:
+        return now
+    if burn_usd_per_hour <= 0:
+        return None
+    at = now + timedelta(hours=(limit_usd - spent_usd) / burn_usd_per_hour)
+    return at if at < period_end else None
 
 
 def crossed(spent_usd: float, limit_usd: float, thresholds_percent: list[float]) -> list[float]:

@@ -126,14 +126,14 @@ def build_fleet(aws: Aws) -> list[FleetNode]:
         launch(e2, "trn2.48xlarge", {"owner": "frank", "team": "ml"}),
         "us-east-2",
         "neuron",
-        4,
+        64,  # every logical NeuronCore of a trn2.48xlarge at the default LNC=2 (catalog)
         "busy",
     )
     add(
         launch(e2, "trn2.48xlarge", {"owner": "grace", "team": "research"}, spot=True),
         "us-east-2",
         "neuron",
-        4,
+        64,  # every logical NeuronCore of a trn2.48xlarge at the default LNC=2 (catalog)
         "idle",
     )
     aws.client("fsx", "us-east-1").create_file_system(

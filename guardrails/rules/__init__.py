@@ -1,16 +1,17 @@
 """The guardrail rule registry, and the narrow context a rule runs in.
 
 Each rule is one module here (``inventory``, ``idle_reclaim``, ``spend_limit``,
-``egress_spike``, ``budget_relay``) that registers one ``Rule``: a kebab-case name, a
-description, its typed params model (the config section it reads), the IAM actions it calls,
-whether the config switches it on, and ``run(ctx)``. One registry drives what the daemon runs
-(``guardrails.daemon``, in registry order), what ``rules:`` may select (``config.RULE_NAMES``,
-checked equal below) and what the deployed role allows (``infra.program`` ->
-``infra.guardrails_iam``). A rule sees only its ``RuleContext``, never the daemon.
+``egress_spike``, ``budget_relay``, ``burst_reconcile``) that registers one ``Rule``: a
+kebab-case name, a description, its typed params model (the config section it reads), the IAM
+actions it calls, whether the config switches it on, and ``run(ctx)``. One registry drives
+what the daemon runs (``guardrails.daemon``, in registry order), what ``rules:`` may select
+(``config.RULE_NAMES``, checked equal below) and what the deployed role allows
+(``infra.program`` -> ``infra.guardrails_iam``). A rule sees only its ``RuleContext``, never the
+daemon.
 
     >>> from guardrails.rules import REGISTRY, iam_actions
     >>> list(REGISTRY)
-    ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay']
+    ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay', 'burst-reconcile']
     >>> "ec2:StopInstances" in REGISTRY["idle-reclaim"].iam_actions
     True
 """
@@ -51,7 +52,8 @@ class CycleReport:
     actions: list[str] = field(default_factory=list)
     alerts_queued: int = 0
     errors: list[str] = field(default_factory=list)
-    spend: dict[str, dict[str, float]] = field(default_factory=dict)
+    # per scope: the dollar figures, plus unpriced instances and projected limit breaches
+    spend: dict[str, dict[str, Any]] = field(default_factory=dict)
     egress: dict[str, Any] = field(default_factory=dict)
     budget_notices: int = 0
 
@@ -136,13 +138,14 @@ def iam_actions() -> list[str]:
 # Registration order is run order: the budget relay reads the burn the spend rule recorded.
 from guardrails.rules import (  # noqa: E402  (the modules register into REGISTRY above)
     budget_relay,
+    burst_reconcile,
     egress_spike,
     idle_reclaim,
     inventory,
     spend_limit,
 )
 
-for _module in (inventory, idle_reclaim, spend_limit, egress_spike, budget_relay):
+for _module in (inventory, idle_reclaim, spend_limit, egress_spike, budget_relay, burst_reconcile):
     register(_module.RULE)
 
 if set(REGISTRY) != set(RULE_NAMES):  # config's vocabulary and the registry are one list

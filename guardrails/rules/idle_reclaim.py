@@ -14,6 +14,8 @@ from datetime import datetime, timedelta
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from common.catalog import Catalog, CatalogError, load_catalog
+from common.telemetry import NEURON_LNC_TAG
 from guardrails import aws, messages
 from guardrails.config import GuardrailsConfig, IdleConfig
 from guardrails.idle import Decision, IdleParams, Utilization, assess_utilization, decide
@@ -36,11 +38,36 @@ def idle_params(cfg: GuardrailsConfig) -> IdleParams:
     )
 
 
-def expected_series(node: Node, cfg: GuardrailsConfig) -> int:
-    m = cfg.idle.metrics.get(node.accelerator_kind)
-    if m is None:
-        return 1
-    return node.accelerator_count if m.expect_series == "accelerator-count" else m.expect_series
+def expected_series(node: Node, cfg: GuardrailsConfig, catalog: Catalog | None = None) -> int | str:
+    """How many utilization series ``node`` must have before it can be idle: one per GPU, or one
+    per logical NeuronCore at the node's LNC (its ``coreburst:neuron-lnc`` tag, else
+    ``idle.neuron_lnc``, else the catalog's default size). Never a default of 1. Returns the
+    reason instead where the count cannot be known (the node is then never idle).
+
+    >>> from guardrails.config import parse_config
+    >>> from guardrails.model import Node
+    >>> from datetime import UTC, datetime
+    >>> trn = Node("i-1", "us-east-2", "us-east-2a", "trn2.48xlarge", "neuron", 16, "on-demand",
+    ...            datetime(2026, 1, 1, tzinfo=UTC))
+    >>> lnc1 = parse_config("idle: {neuron_lnc: 1}")
+    >>> expected_series(trn, parse_config("")), expected_series(trn, lnc1)
+    (64, 128)
+    """
+    cat = catalog or load_catalog()
+    try:
+        acc = cat.instance(node.instance_type).accelerator
+    except CatalogError as exc:
+        return str(exc)
+    if acc.neuron_cores is None:
+        return acc.utilization_series()
+    raw = node.tags.get(NEURON_LNC_TAG)
+    where = f"tag {NEURON_LNC_TAG}={raw!r}" if raw is not None else "idle.neuron_lnc"
+    try:
+        lnc = int(raw.strip()) if raw is not None else cfg.idle.neuron_lnc
+        return acc.utilization_series(lnc)
+    except (ValueError, CatalogError) as exc:
+        why = exc if isinstance(exc, CatalogError) else "not a whole number"
+        return f"{where}: {why}; the NeuronCore count is unknown"
 
 
 def utilization(
@@ -49,6 +76,8 @@ def utilization(
     nodes: list[Node],
     now: datetime,
     cache: aws.SeriesCache | None = None,
+    *,
+    catalog: Catalog | None = None,
 ) -> dict[str, Utilization]:
     """Each node's utilization over the window (``unknown`` where it could not be read)."""
     out: dict[str, Utilization] = {}
@@ -62,14 +91,15 @@ def utilization(
                 out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
                 continue
             s: DeviceSeries = series.get(n.instance_id, {})
-            out[n.instance_id] = assess_utilization(s, expected_series(n, cfg), now, params)
+            expected = expected_series(n, cfg, catalog)
+            out[n.instance_id] = assess_utilization(s, expected, now, params)
     return out
 
 
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
     params = idle_params(ctx.cfg)
-    utils = utilization(ctx.aws, ctx.cfg, ctx.nodes, now, ctx.series_cache)
+    utils = utilization(ctx.aws, ctx.cfg, ctx.nodes, now, ctx.series_cache, catalog=ctx.catalog)
     marks = ctx.state.marks()
     mark_tag = ctx.cfg.reclaim.mark_tag
     report = ctx.report

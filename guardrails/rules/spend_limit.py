@@ -9,8 +9,9 @@ at the hard limit (through the actuator's gate).
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -21,7 +22,16 @@ from guardrails.config import SpendConfig
 from guardrails.idle import exemption_status, protection_status
 from guardrails.rules import Rule, RuleContext
 from guardrails.rules.idle_reclaim import idle_params
-from guardrails.spend import accrue, crossed, day_start, lustre_usd_per_hour, month_start, project
+from guardrails.spend import (
+    accrue_since_launch,
+    breach_time,
+    crossed,
+    day_start,
+    lustre_usd_per_hour,
+    month_end,
+    month_start,
+    project,
+)
 from guardrails.state import iso, parse_iso
 
 
@@ -67,23 +77,31 @@ def run(ctx: RuleContext) -> None:
     ce = ctx.aws.client("ce", "us-east-1")
     for scope in cfg.scopes:
         tag = (scope.tag_key, scope.tag_value) if scope.tag_key and scope.tag_value else None
-        burn = 0.0
+        # ($/h, running since) of everything in scope that bills; an instance without a price
+        # is counted apart, never as $0
+        items: list[tuple[float, datetime | None]] = []
+        unpriced: Counter[str] = Counter()
         for n in ctx.nodes:
             if _in_scope(n.tags, scope.tag_key, scope.tag_value):
-                burn += ctx.prices.hourly(n) or 0.0
+                price = ctx.prices.hourly(n)
+                if price is None:
+                    unpriced[f"{n.instance_type} in {n.region} ({n.market})"] += 1
+                else:
+                    items.append((price, n.launch_time))
         for fs in fs_list:
             if _in_scope(fs.tags, scope.tag_key, scope.tag_value):
                 try:
                     per_gb = ctx.catalog.lustre_price(fs.deployment_type, fs.throughput)
                 except CatalogError:
                     continue
-                burn += lustre_usd_per_hour(fs.capacity_gib, per_gb, hpm)
+                items.append((lustre_usd_per_hour(fs.capacity_gib, per_gb, hpm), fs.created))
         for _cid, bw, tags in dx_list:
             if _in_scope(tags, scope.tag_key, scope.tag_value):
                 try:
-                    burn += ctx.catalog.dx_port_price(bw)
+                    items.append((ctx.catalog.dx_port_price(bw), None))
                 except CatalogError:
                     continue
+        burn = sum(rate for rate, _ in items)
         actual = 0.0
         if cfg.cost_explorer:
             ms, ds = month_start(now), day_start(now)
@@ -94,8 +112,23 @@ def run(ctx: RuleContext) -> None:
             )
         last = ctx.state.last_spend(scope.name)
         prev_at = parse_iso(last["ts"]) if last else None
-        today = accrue(last["today"] if last else 0.0, prev_at, burn, now)
+        # the first cycle (or the first of a day) counts each instance from its launch
+        today = accrue_since_launch(last["today"] if last else 0.0, prev_at, items, now)
         proj = project(actual, today, burn, now)
+        limits = (
+            (f"daily:{now.date()}", proj.today_usd, scope.daily_limit_usd, _day_end(now)),
+            (
+                f"monthly:{now.strftime('%Y-%m')}",
+                proj.month_to_date_usd,
+                scope.monthly_limit_usd,
+                month_end(now),
+            ),
+        )
+        breaches = {
+            period.split(":")[0]: breach_time(spent, limit, burn, now, end)
+            for period, spent, limit, end in limits
+            if limit is not None
+        }
         ctx.state.add_spend(
             now,
             scope.name,
@@ -112,16 +145,33 @@ def run(ctx: RuleContext) -> None:
             "month_to_date_usd": proj.month_to_date_usd,
             "projected_month_usd": proj.projected_month_usd,
             "cost_explorer_actual_usd": actual,
+            # the totals above exclude these (no catalog price): count and "type in region"
+            "unpriced_instances": sum(unpriced.values()),
+            "unpriced": dict(sorted(unpriced.items())),
+            # when each limit is reached at the current burn (None: not this period)
+            **{f"{k}_limit_at": iso(v) if v else None for k, v in breaches.items()},
         }
         ctx.actuator.audit("spend", scope=scope.name, **ctx.report.spend[scope.name])
+        if unpriced:
+            ctx.alert(messages.spend_unpriced(scope.name, now.date(), unpriced), timedelta(hours=6))
         hard = False
-        for period, spent, limit in (
-            (f"daily:{now.date()}", proj.today_usd, scope.daily_limit_usd),
-            (f"monthly:{now.strftime('%Y-%m')}", proj.month_to_date_usd, scope.monthly_limit_usd),
-        ):
+        for period, spent, limit, _end in limits:
             if limit is None:
                 continue
+            kind = period.split(":")[0]
             hit = crossed(spent, limit, cfg.thresholds_percent)
+            at = breaches[kind]
+            if at is not None and spent < limit:
+                _forecast(
+                    ctx,
+                    scope.name,
+                    period,
+                    at=at,
+                    spent=spent,
+                    limit=limit,
+                    burn=burn,
+                    unpriced=unpriced,
+                )
             if not hit:
                 continue
             hard = hard or spent >= limit
@@ -138,11 +188,59 @@ def run(ctx: RuleContext) -> None:
                     burn=burn,
                     projected_month=proj.projected_month_usd,
                     enforce=scope.enforce,
+                    now=now,
+                    breach_at=at,
+                    unpriced=unpriced,
                 ),
                 timedelta(0),
             )
         if hard and scope.enforce:
             _enforce(ctx, scope.name, tag)
+
+
+# A forecast is sent again only when the breach moved this much earlier than the last one sent
+# for the same scope and period (a higher burn); a later breach (a lower burn) is not news.
+FORECAST_STEP = timedelta(minutes=30)
+
+
+def _forecast(
+    ctx: RuleContext,
+    scope: str,
+    period: str,
+    *,
+    at: datetime,
+    spent: float,
+    limit: float,
+    burn: float,
+    unpriced: Counter[str],
+) -> None:
+    """Alert that the current burn reaches ``limit`` at ``at``: the first time this period, and
+    again each time the breach comes ``FORECAST_STEP`` or more earlier (minutes after the
+    burn rises, where AWS Budgets' forecast lags 8-24 hours)."""
+    # one state row per scope and kind of limit, overwritten each period
+    key = f"forecast:{scope}:{period.split(':', maxsplit=1)[0]}"
+    last = ctx.state.get(key)
+    if last and last.get("period") == period and at > parse_iso(last["at"]) - FORECAST_STEP:
+        return
+    now = ctx.clock.now()
+    ctx.state.put(key, {"period": period, "at": iso(at), "sent": iso(now)})
+    ctx.alert(
+        messages.spend_forecast(
+            scope,
+            period,
+            now=now,
+            breach_at=at,
+            spent=spent,
+            limit=limit,
+            burn=burn,
+            unpriced=unpriced,
+        ),
+        timedelta(0),
+    )
+
+
+def _day_end(now: datetime) -> datetime:
+    return day_start(now) + timedelta(days=1)
 
 
 def _enforce(ctx: RuleContext, scope: str, tag: tuple[str, str] | None) -> None:

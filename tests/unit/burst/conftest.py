@@ -58,7 +58,7 @@ def stack_dir(tmp_path: Path) -> Path:
             "auditLog": str(tmp_path / "a.jsonl"),
         },
     )
-    cfg["aws:region"] = "us-east-2"  # trn2 is priced in us-east-2 only
+    cfg["aws:region"] = "us-east-2"  # where the trn2 price is verified
     cfg["coreburst:availabilityZone"] = "us-east-2a"
     write_stack(tmp_path, "t", cfg)
     return tmp_path

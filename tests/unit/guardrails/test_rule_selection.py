@@ -129,7 +129,10 @@ def test_check_config_rejects_an_unknown_rule_in_one_line(tmp_path: Path) -> Non
     assert r.exit_code == 2
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "rules" in lines[0] and "unknown rule(s) gpu-melter" in lines[0]
-    assert "known: budget-relay, egress-spike, idle-reclaim, inventory, spend-limit" in lines[0]
+    assert (
+        "known: budget-relay, burst-reconcile, egress-spike, idle-reclaim, inventory, spend-limit"
+        in lines[0]
+    )
     cfg.write_text("rules: [spend-limit]\n")
     ok = CliRunner().invoke(app, ["check-config", str(cfg)])
     assert ok.exit_code == 0 and "rules spend-limit;" in ok.output

@@ -1,0 +1,380 @@
+"""Rule ``burst-reconcile``: keep EC2 and the on-prem Slurm's cloud nodes in step, for the
+burst resume/suspend programs (burst/power.py), every cycle, through the actuator's gate.
+
+* **Orphans**: an instance of the stack (tag ``coreburst-stack``) tagged with a Slurm node
+  (``coreburst-slurm-node``) that Slurm does not know, or knows as powered down / powering
+  down, is terminated once it is older than ``orphan_timeout`` (from LaunchTime). So is a stack
+  instance with no node tag at all (resume died between CreateFleet and CreateTags), unless it
+  belongs to an Auto Scaling group.
+* **Lost instances**: a Slurm CLOUD node that is up (not powered down, not powering up) with no
+  pending or running instance is powered down (``scontrol update state=power_down_force``), so
+  its jobs requeue now. Core nodes have no CLOUD flag and are never touched.
+* **Guard**: an instance under a node Slurm reports busy (ALLOCATED, MIXED, COMPLETING) is
+  never terminated; Slurm is read again right before terminating.
+* **Pool holds** (with ``burst_audit_log``, the resume program's audit log): a pool (cluster)
+  whose resume got InsufficientInstanceCapacity is held for ``capacity_backoff`` (a MAINT
+  reservation ``coreburst-backoff-<pool>-<ms>`` that ends by itself); a pool with
+  ``bootstrap_failures_before_protect`` resume-fail events (nodes that never registered) within
+  ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
+  deletes it (``scontrol delete reservation ...``).
+* **Heartbeat**: after each completed pass, ``heartbeat_file`` is replaced atomically with the
+  time; the resume program refuses to launch when it is stale.
+
+Decisions are :func:`plan` (pure); the Slurm adapter is ``guardrails.slurm``.
+
+    >>> # run(ctx)   # ctx: guardrails.rules.RuleContext
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from common.textio import TextFileError, read_text
+from guardrails.config import BurstReconcileConfig
+from guardrails.rules import Rule, RuleContext
+from guardrails.slurm import Scontrol, SlurmError, SlurmNode
+from guardrails.state import iso
+
+# Instances that may still cost money or hold a node name; pending/running count as live.
+HELD_STATES = ("pending", "running", "stopping", "stopped")
+LIVE_STATES = ("pending", "running")
+ASG_TAG = "aws:autoscaling:groupName"  # added by Auto Scaling to every member instance
+ICE = "InsufficientInstanceCapacity"
+BACKOFF_PREFIX = "coreburst-backoff-"
+PROTECT_PREFIX = "coreburst-protect-"
+# Burst node names are <cluster>-<n> (burst/slurmconf.py node_names); in a hostlist <cluster>-[..].
+_POOL = re.compile(r"^(.+?)-(?:\d+$|\[)")
+
+
+def pool_of(node: str) -> str | None:
+    m = _POOL.match(node)
+    return m.group(1) if m else None
+
+
+def pools_of(hostlist: str) -> set[str]:
+    """The pools in a Slurm hostlist such as ``od-[1-2],sp-1`` (commas inside [] belong to
+    the range)."""
+    items, depth, cur = [], 0, ""
+    for ch in hostlist:
+        if ch == "," and depth == 0:
+            items.append(cur)
+            cur = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        cur += ch
+    items.append(cur)
+    return {p for it in items if (p := pool_of(it.strip()))}
+
+
+def read_events(path: Path) -> list[dict[str, Any]]:
+    """The events of the resume program's JSON-lines audit log (burst/power.py Audit:
+    ``{"ts": epoch seconds, "event": ..., ...}``); none while it does not exist yet, and
+    unreadable lines are skipped. Raises TextFileError (one line) for a file that is not
+    UTF-8 text. Read whole each cycle: rotate it (logrotate ``copytruncate``)."""
+    if not path.exists():
+        return []
+    out = []
+    for line in read_text(path, "burst audit log").splitlines():
+        try:
+            e = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(e, dict) and isinstance(e.get("ts"), int | float):
+            out.append(e)
+    return out
+
+
+@dataclass(frozen=True)
+class Hold:
+    pool: str
+    reservation: str
+    minutes: int | None  # None: until an operator deletes it
+    why: str
+    key: str
+
+
+def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) -> list[Hold]:
+    """Capacity backoffs and protected pools the resume program's events call for."""
+    t = now.timestamp()
+    backoff = p.capacity_backoff.total_seconds()
+    last_ice: dict[str, float] = {}
+    fails: dict[str, list[float]] = {}
+    for e in events:
+        age = t - float(e["ts"])
+        if age < 0:
+            continue
+        pools = pools_of(str(e.get("nodes", "")))
+        if e.get("event") == "resume.failed" and e.get("code") == ICE and age < backoff:
+            for pool in pools:
+                last_ice[pool] = max(last_ice.get(pool, 0.0), float(e["ts"]))
+        if e.get("event") == "resume-fail" and age < p.bootstrap_window.total_seconds():
+            for pool in pools:
+                fails.setdefault(pool, []).append(float(e["ts"]))
+    out = []
+    for pool, ts in sorted(last_ice.items()):
+        ms = int(ts * 1000)
+        out.append(
+            Hold(
+                pool,
+                f"{BACKOFF_PREFIX}{pool}-{ms}",
+                max(1, math.ceil((backoff - (t - ts)) / 60)),
+                f"{ICE} for pool {pool}: no launches for {p.capacity_backoff}",
+                f"burst-backoff:{pool}:{ms}",
+            )
+        )
+    n = p.bootstrap_failures_before_protect
+    for pool, times in sorted(fails.items()):
+        if len(times) >= n:
+            out.append(
+                Hold(
+                    pool,
+                    f"{PROTECT_PREFIX}{pool}",
+                    None,
+                    f"{len(times)} bootstrap failures of pool {pool} within {p.bootstrap_window}:"
+                    f" protected until an operator deletes reservation {PROTECT_PREFIX}{pool}",
+                    f"burst-protect:{pool}:{int(sorted(times)[-n] * 1000)}",
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class Instance:
+    instance_id: str
+    region: str
+    state: str
+    launch_time: datetime
+    node: str | None
+    asg: bool = False
+
+
+@dataclass
+class Plan:
+    terminate: list[tuple[Instance, str]] = field(default_factory=list)
+    power_down: list[tuple[SlurmNode, str]] = field(default_factory=list)
+    guarded: list[tuple[Instance, str]] = field(default_factory=list)
+
+
+def plan(
+    instances: list[Instance],
+    nodes: dict[str, SlurmNode],
+    now: datetime,
+    timeout: timedelta,
+    untagged_orphans: bool = True,
+) -> Plan:
+    """What to terminate, what to power down, and what the busy-node guard kept."""
+    out = Plan()
+    live_nodes: set[str] = set()
+    for i in instances:
+        if i.node is not None and i.state in LIVE_STATES:
+            live_nodes.add(i.node)
+        old = now - i.launch_time >= timeout
+        if i.node is None:
+            if untagged_orphans and not i.asg and old:
+                out.terminate.append((i, "no Slurm node tag (resume stopped before tagging)"))
+            continue
+        sn = nodes.get(i.node)
+        if sn is None:
+            why = f"Slurm has no node {i.node}"
+        elif sn.powered_down:
+            why = f"node {sn.name} is {'+'.join(sorted(sn.states))}"
+        else:
+            continue  # Slurm's node is up: this is its instance
+        if not old:
+            continue
+        if sn is not None and sn.busy:  # e.g. ALLOCATED+POWERING_DOWN: a job still runs there
+            out.guarded.append((i, f"{why}, but busy: never terminated under a job"))
+            continue
+        out.terminate.append((i, why))
+    for sn in nodes.values():
+        if not sn.cloud or sn.powered_down or sn.powering_up or sn.name in live_nodes:
+            continue
+        out.power_down.append((sn, "no pending or running instance"))
+    return out
+
+
+def _instances(ec2: Any, region: str, p: BurstReconcileConfig) -> list[Instance]:
+    out = []
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": f"tag:{p.stack_tag_key}", "Values": [p.stack]},
+            {"Name": "instance-state-name", "Values": list(HELD_STATES)},
+        ]
+    )
+    for page in pages:
+        for res in page["Reservations"]:
+            for inst in res["Instances"]:
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                out.append(
+                    Instance(
+                        inst["InstanceId"],
+                        region,
+                        inst["State"]["Name"],
+                        inst["LaunchTime"],
+                        tags.get(p.node_tag_key),
+                        ASG_TAG in tags,
+                    )
+                )
+    return out
+
+
+def write_heartbeat(path: Path, now: datetime, **fields: Any) -> None:
+    """Replace ``path`` with ``{"ts": ISO time, ...}`` atomically (write, fsync, rename)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".heartbeat-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"ts": iso(now), **fields}, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _terminate(ec2: Any, instance_id: str) -> str:
+    ec2.terminate_instances(InstanceIds=[instance_id])
+    return "TerminateInstances"
+
+
+def _hold_pools(
+    ctx: RuleContext, slurm: Scontrol, nodes: dict[str, SlurmNode], wanted: list[Hold]
+) -> None:
+    if not wanted:
+        return
+    existing = slurm.reservations()
+    for h in wanted:
+        prefix = h.reservation if h.minutes is None else f"{BACKOFF_PREFIX}{h.pool}-"
+        if any(r.startswith(prefix) for r in existing):
+            continue  # held already (a later failure does not stack a second reservation)
+        targets = sorted(
+            n for n, sn in nodes.items() if sn.cloud and not sn.busy and pool_of(n) == h.pool
+        )
+        if not targets:
+            continue
+        ctx.actuator.audit("burst.hold", pool=h.pool, reservation=h.reservation, why=h.why)
+        try:
+            ctx.actuator.execute(
+                h.key,
+                h.reservation,
+                "slurm",
+                "hold",
+                reason=h.why,
+                call=lambda h=h, targets=targets: slurm.reserve(  # type: ignore[misc]
+                    h.reservation, targets, h.minutes
+                ),
+            )
+        except SlurmError as exc:
+            ctx.state.drop_intent(h.key)
+            ctx.actuator.audit(
+                "action.failed", key=h.key, instance_id=h.reservation, error=str(exc)
+            )
+            ctx.report.errors.append(f"burst-reconcile: {exc}")
+
+
+def run(ctx: RuleContext) -> None:
+    p = ctx.cfg.burst_reconcile
+    now = ctx.clock.now()
+    slurm = Scontrol(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
+    nodes = slurm.nodes()  # Slurm first: an instance launched after this read is younger
+    instances: list[Instance] = []
+    for region in ctx.cfg.regions:
+        instances += _instances(ctx.aws.client("ec2", region), region, p)
+    todo = plan(instances, nodes, now, p.orphan_timeout, p.untagged_orphans)
+    for inst, why in todo.guarded:
+        ctx.actuator.audit("burst.guarded", instance_id=inst.instance_id, node=inst.node, why=why)
+    fresh: dict[str, SlurmNode] = {}
+    if todo.terminate:
+        fresh = slurm.nodes()  # a node may have been resumed and taken a job meanwhile
+    for inst, why in todo.terminate:
+        sn = fresh.get(inst.node) if inst.node else None
+        if sn is not None and (sn.busy or not sn.powered_down):
+            ctx.actuator.audit(
+                "burst.guarded",
+                instance_id=inst.instance_id,
+                node=inst.node,
+                why=f"node {sn.name} is now {'+'.join(sorted(sn.states))}",
+            )
+            continue
+        ctx.actuator.audit(
+            "burst.orphan",
+            instance_id=inst.instance_id,
+            node=inst.node,
+            why=why,
+            region=inst.region,
+        )
+        ec2 = ctx.aws.client("ec2", inst.region)
+        ctx.actuator.execute(
+            f"burst-orphan:{inst.instance_id}",
+            inst.instance_id,
+            inst.region,
+            "terminate",
+            reason=f"burst orphan: {why}",
+            call=lambda ec2=ec2, iid=inst.instance_id: _terminate(ec2, iid),  # type: ignore[misc]
+        )
+    for sn, why in todo.power_down:
+        key = f"burst-power-down:{sn.name}:{sn.boot_time or iso(now)}"
+        ctx.actuator.audit("burst.lost-instance", node=sn.name, state="+".join(sorted(sn.states)))
+        try:
+            ctx.actuator.execute(
+                key,
+                sn.name,
+                "slurm",
+                "power-down",
+                reason=f"burst node without instance: {why}",
+                call=lambda n=sn.name: slurm.power_down([n]),  # type: ignore[misc]
+            )
+        except SlurmError as exc:  # not an AWS failure: forget the intent, decide again later
+            ctx.state.drop_intent(key)
+            ctx.actuator.audit("action.failed", key=key, instance_id=sn.name, error=str(exc))
+            ctx.report.errors.append(f"burst-reconcile: {exc}")
+    if p.burst_audit_log is not None:
+        try:
+            events = read_events(p.burst_audit_log)
+        except TextFileError as exc:  # the rest of the pass (and the heartbeat) still runs
+            events = []
+            ctx.report.errors.append(f"burst-reconcile: {exc}")
+        _hold_pools(ctx, slurm, nodes, holds(events, now, p))
+    ctx.actuator.audit(
+        "burst.reconciled",
+        slurm_nodes=len(nodes),
+        instances=len(instances),
+        orphans=len(todo.terminate),
+        lost=len(todo.power_down),
+        guarded=len(todo.guarded),
+    )
+    if p.heartbeat_file is not None:
+        write_heartbeat(
+            p.heartbeat_file,
+            now,
+            dry_run=ctx.actuator.dry_run,
+            leader=ctx.actuator.leader,
+        )
+
+
+RULE = Rule(
+    name="burst-reconcile",
+    description=(
+        "Terminate burst instances Slurm has no (powered-up) node for, power down Slurm cloud "
+        "nodes whose instance is gone, never touch a busy node; write a heartbeat."
+    ),
+    params=BurstReconcileConfig,
+    iam_actions=("ec2:DescribeInstances", "ec2:TerminateInstances"),
+    section=lambda c: c.burst_reconcile,
+    enabled=lambda c: c.burst_reconcile.enabled,
+    run=run,
+    example=(
+        "burst_reconcile: {enabled: true, stack: prod, orphan_timeout: 15m, "
+        "heartbeat_file: /var/lib/coreburst/reconciler.heartbeat}"
+    ),
+)

@@ -1,0 +1,542 @@
+"""The ``burst-reconcile`` rule on moto (in process) with a fake ``scontrol`` made here, run by
+the daemon (its gate: dry-run, kill switch, leader lease, audit, run-once intents). The real
+slurmctld is in tests/integration/burst/test_reconcile.py.
+
+IAM actions are ``ec2:<Operation>`` of botocore's EC2 service model ("Actions defined by Amazon
+EC2", https://docs.aws.amazon.com/service-authorization/latest/reference/list_amazonec2.html).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from moto import mock_aws
+
+from burst.config import BurstStack, parse_burst
+from burst.power import HEARTBEAT_REASON, Audit, Power
+from guardrails.aws import Aws
+from guardrails.config import ConfigError, parse_config
+from guardrails.daemon import Daemon
+from guardrails.rules import REGISTRY
+from guardrails.rules.burst_reconcile import ICE, Instance, plan, pools_of, write_heartbeat
+from guardrails.slurm import Scontrol, SlurmError, parse_nodes
+from guardrails.state import State
+from sandbox.clocks import FakeClock
+from tests.unit.burst.conftest import stack_map
+from tests.unit.burst.test_power import RecordingSlurm, _templates
+
+AMI = "ami-12c6146b"  # one of moto's built-in images
+STACK = "prod"
+
+
+def node_line(name: str, state: str, reason: str = "", boot: str = "None") -> str:
+    """One line of ``scontrol -o show nodes`` on Slurm 22.05 (scontrol(1), --oneliner: one
+    node per line, Key=Value fields in this order). Made up here from that format; the
+    integration test parses the real scontrol's output with the same function."""
+    line = (
+        f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
+        f"CPULoad=0.00 AvailableFeatures=od ActiveFeatures=od Gres=gpu:h100:8 NodeAddr={name} "
+        f"NodeHostName={name} Port=21005 Version=22.05.8 OS=Linux 6.1.0-18-amd64 #1 SMP "
+        f"PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01) RealMemory=1000 AllocMem=0 FreeMem=N/A "
+        f"Sockets=2 Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+        f"MCS_label=N/A Partitions=burst BootTime={boot} SlurmdStartTime=None "
+        f"LastBusyTime=2026-12-03T10:00:00 CfgTRES=cpu=2,mem=1000M,billing=2,gres/gpu=8 "
+        f"AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+        f"ExtSensorsWatts=0 ExtSensorsTemp=n/s"
+    )
+    return line + (f" Reason={reason} [root@2026-12-03T10:00:00]" if reason else "")
+
+
+FAKE_SCONTROL = """#!{python}
+# A fake scontrol made for these tests (not Slurm): it records its argv and answers
+# "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
+# with reservations.txt, "update" and "create" with nothing.
+import json, pathlib, sys
+here = pathlib.Path(__file__).parent
+args = sys.argv[1:]
+with open(here / "calls.jsonl", "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:3] == ["-o", "show", "nodes"]:
+    n = sum(1 for x in (here / "calls.jsonl").read_text().splitlines() if "show" in x)
+    page = here / f"nodes.{{n}}.txt"
+    print((page if page.exists() else here / "nodes.txt").read_text(), end="")
+elif args[:3] == ["-o", "show", "reservation"]:
+    r = here / "reservations.txt"
+    print(r.read_text() if r.exists() else "No reservations in the system")
+elif args[:1] not in (["update"], ["create"]):
+    print("scontrol: error: unexpected " + " ".join(args), file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+class FakeSlurm:
+    def __init__(self, bin_dir: Path) -> None:
+        self.dir = bin_dir
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        exe = bin_dir / "scontrol"
+        exe.write_text(FAKE_SCONTROL.format(python=sys.executable))
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+        self.set_nodes()
+
+    def set_nodes(self, *lines: str, page: int | None = None) -> None:
+        name = f"nodes.{page}.txt" if page else "nodes.txt"
+        (self.dir / name).write_text("".join(f"{ln}\n" for ln in lines))
+
+    def calls(self) -> list[list[str]]:
+        path = self.dir / "calls.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    def updates(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[:1] == ["update"]]
+
+    def creates(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[:1] == ["create"]]
+
+
+@pytest.fixture
+def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "COREBURST_KILL_SWITCH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        yield boto3.client("ec2", region_name="us-east-1")
+
+
+@pytest.fixture
+def slurm(tmp_path: Path) -> FakeSlurm:
+    return FakeSlurm(tmp_path / "slurm-bin")
+
+
+def launch(ec2: Any, node: str | None, stack: str = STACK) -> str:
+    tags = [{"Key": "coreburst-stack", "Value": stack}, {"Key": "coreburst-cluster", "Value": "od"}]
+    if node:
+        tags.append({"Key": "coreburst-slurm-node", "Value": node})
+    resp = ec2.run_instances(
+        ImageId=AMI,
+        InstanceType="p5.48xlarge",
+        MinCount=1,
+        MaxCount=1,
+        TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+    )
+    return str(resp["Instances"][0]["InstanceId"])
+
+
+def state_of(ec2: Any, iid: str) -> str:
+    return str(
+        ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0]["State"][
+            "Name"
+        ]
+    )
+
+
+def cycle(
+    tmp_path: Path,
+    slurm: FakeSlurm,
+    *,
+    dry_run: bool = False,
+    ahead: timedelta = timedelta(hours=1),
+    extra: str = "",
+) -> tuple[Any, list[dict[str, Any]]]:
+    """One daemon cycle with only this rule (and inventory), the clock ``ahead`` of now."""
+    cfg = parse_config(
+        f"rules: [burst-reconcile]\ndry_run: {str(dry_run).lower()}\n"
+        f'state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
+        "metrics_endpoint: {enabled: false}\n"
+        f'safety: {{kill_switch_file: "{tmp_path}/stop"}}\n'
+        f"burst_reconcile: {{enabled: true, stack: {STACK}, orphan_timeout: 15m, "
+        f'slurm_bin_dir: "{slurm.dir}", heartbeat_file: "{tmp_path}/hb.json"{extra}}}\n',
+        "g.yaml",
+    )
+    state = State(cfg.state.path)
+    d = Daemon(
+        cfg,
+        Aws(cfg.aws, boto3.session.Session(region_name="us-east-1")),
+        state,
+        clock=FakeClock(datetime.now(UTC) + ahead),
+    )
+    try:
+        report = d.run_cycle()
+    finally:
+        d.close()
+        state.close()
+    audit = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+    return report, audit
+
+
+def test_parse_nodes_reads_states_reason_and_cloud_flag() -> None:
+    nodes = parse_nodes(
+        "\n".join(
+            [
+                node_line("core1", "IDLE"),
+                node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"),
+                node_line(
+                    "od-2", "DOWN+CLOUD+POWERING_DOWN", reason="(Code:X)Failure when resuming"
+                ),
+                node_line("sp-1", "MIXED+CLOUD", boot="2026-12-03T10:01:00"),
+            ]
+        )
+    )
+    assert set(nodes) == {"core1", "od-1", "od-2", "sp-1"}
+    assert not nodes["core1"].cloud and nodes["od-1"].cloud and nodes["od-1"].powered_down
+    assert nodes["od-2"].reason.startswith("(Code:X)Failure when resuming [root@")
+    assert nodes["sp-1"].busy and not nodes["sp-1"].powered_down
+    assert nodes["sp-1"].boot_time == "2026-12-03T10:01:00"
+    assert nodes["od-1"].fields["OS"].startswith("Linux 6.1.0-18-amd64 #1 SMP")
+
+
+def test_scontrol_failures_are_one_line(tmp_path: Path) -> None:
+    with pytest.raises(SlurmError, match="not found: install slurm-client or set slurm_bin_dir"):
+        Scontrol(tmp_path / "nowhere").nodes()
+    slow = tmp_path / "slow"
+    slow.mkdir()
+    (slow / "scontrol").write_text("#!/bin/sh\nsleep 5\n")
+    (slow / "scontrol").chmod(0o755)
+    with pytest.raises(SlurmError, match=r"timed out after 0\.3s"):
+        Scontrol(slow, timeout_s=0.3).nodes()
+
+
+def test_enabled_needs_a_stack() -> None:
+    with pytest.raises(ConfigError, match=r"burst_reconcile: .*set stack"):
+        parse_config("burst_reconcile: {enabled: true}\n", "g.yaml")
+    assert not parse_config("{}\n", "g.yaml").burst_reconcile.enabled  # off by default
+
+
+def test_orphans_are_terminated_after_the_timeout(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """a) Tagged with a powered-down node, with a node Slurm does not know, or with no node
+    tag at all: terminated. Another stack's instance and a node that is up: left alone."""
+    slurm.set_nodes(
+        node_line("core1", "IDLE"),
+        node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("od-2", "IDLE+CLOUD", boot="2026-12-03T10:00:00"),
+    )
+    down = launch(ec2, "od-1")
+    unknown = launch(ec2, "od-9")
+    untagged = launch(ec2, None)
+    up = launch(ec2, "od-2")
+    other = launch(ec2, "od-1", stack="staging")
+    report, audit = cycle(tmp_path, slurm)
+    assert report.errors == []
+    for iid in (down, unknown, untagged):
+        assert state_of(ec2, iid) in ("shutting-down", "terminated"), iid
+    assert state_of(ec2, up) == "running" and state_of(ec2, other) == "running"
+    done = {e["instance_id"]: e for e in audit if e["event"] == "action.executed"}
+    assert set(done) == {down, unknown, untagged}
+    assert "POWERED_DOWN" in done[down]["reason"] and "no node od-9" in done[unknown]["reason"]
+    assert slurm.updates() == []  # od-2 has its instance: nothing to power down
+
+
+def test_young_instances_are_not_orphans(ec2: Any, slurm: FakeSlurm, tmp_path: Path) -> None:
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"))
+    iid = launch(ec2, "od-1")
+    untagged = launch(ec2, None)
+    cycle(tmp_path, slurm, ahead=timedelta(minutes=5))
+    assert state_of(ec2, iid) == "running" and state_of(ec2, untagged) == "running"
+
+
+def test_lost_instance_powers_down_cloud_nodes_only(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """b) A cloud node up with no instance is powered down; a core node (no CLOUD flag), a
+    node powering up (its instance may not be tagged yet) and a powered-down one are not."""
+    slurm.set_nodes(
+        node_line("core1", "ALLOCATED"),
+        node_line("od-1", "ALLOCATED+CLOUD", boot="2026-12-03T10:00:00"),
+        node_line("od-2", "IDLE+CLOUD+POWERING_UP"),
+        node_line("sp-1", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("cb-1", "IDLE+CLOUD", boot="2026-12-03T10:02:00"),
+    )
+    launch(ec2, "cb-1")
+    report, audit = cycle(tmp_path, slurm)
+    assert report.errors == []
+    assert slurm.updates() == [["update", "nodename=od-1", "state=power_down_force"]]
+    ex = [e for e in audit if e["event"] == "action.executed"]
+    assert [(e["instance_id"], e["kind"]) for e in ex] == [("od-1", "power-down")]
+    # The same boot of od-1 is powered down once, even if Slurm still shows it up next cycle.
+    cycle(tmp_path, slurm)
+    assert len(slurm.updates()) == 1
+
+
+def test_busy_node_instance_is_never_terminated(ec2: Any, slurm: FakeSlurm, tmp_path: Path) -> None:
+    """c) Busy in the first read (ALLOCATED while powering down), or busy again in the
+    re-read right before terminating: the instance stays, the audit says why."""
+    slurm.set_nodes(
+        node_line("od-1", "ALLOCATED+CLOUD+POWERING_DOWN", boot="2026-12-03T10:00:00"),
+        node_line("od-2", "IDLE+CLOUD+POWERED_DOWN"),
+    )
+    # The re-read (second "show nodes"): od-2 was resumed and took a job meanwhile.
+    slurm.set_nodes(
+        node_line("od-1", "ALLOCATED+CLOUD+POWERING_DOWN", boot="2026-12-03T10:00:00"),
+        node_line("od-2", "ALLOCATED+CLOUD", boot="2026-12-03T10:30:00"),
+        page=2,
+    )
+    busy = launch(ec2, "od-1")
+    resumed = launch(ec2, "od-2")
+    _, audit = cycle(tmp_path, slurm)
+    assert state_of(ec2, busy) == "running" and state_of(ec2, resumed) == "running"
+    guarded = {e["instance_id"]: e["why"] for e in audit if e["event"] == "burst.guarded"}
+    assert "busy" in guarded[busy] and "now ALLOCATED+CLOUD" in guarded[resumed]
+    assert not [e for e in audit if e["event"] in ("action.executed", "action.skipped")]
+
+
+def test_dry_run_terminates_nothing_and_says_what_it_would(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"), node_line("od-2", "IDLE+CLOUD"))
+    iid = launch(ec2, "od-1")
+    _, audit = cycle(tmp_path, slurm, dry_run=True)
+    assert state_of(ec2, iid) == "running" and slurm.updates() == []
+    skipped = {e["instance_id"]: e for e in audit if e["event"] == "action.skipped"}
+    assert skipped[iid]["because"] == "dry-run" and skipped[iid]["kind"] == "terminate"
+    assert skipped["od-2"]["because"] == "dry-run" and skipped["od-2"]["kind"] == "power-down"
+    hb = json.loads((tmp_path / "hb.json").read_text())
+    assert hb["dry_run"] is True and datetime.fromisoformat(hb["ts"]) > datetime.now(UTC)
+
+
+@pytest.mark.parametrize("how", ["env", "file"])
+def test_kill_switch_stops_it(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    if how == "env":
+        monkeypatch.setenv("COREBURST_KILL_SWITCH", "1")
+    else:
+        (tmp_path / "stop").touch()
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"), node_line("od-2", "IDLE+CLOUD"))
+    iid = launch(ec2, "od-1")
+    _, audit = cycle(tmp_path, slurm)
+    assert state_of(ec2, iid) == "running" and slurm.updates() == []
+    skipped = [e for e in audit if e["event"] == "action.skipped"]
+    assert len(skipped) == 2 and all(e["because"].startswith("kill switch") for e in skipped)
+
+
+def test_the_rule_declares_exactly_the_ec2_calls_it_makes(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"))
+    launch(ec2, "od-1")
+    called: list[str] = []
+    cfg = parse_config(
+        f'dry_run: false\nstate: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
+        f'safety: {{kill_switch_file: "{tmp_path}/stop"}}\n'
+        f'burst_reconcile: {{enabled: true, stack: {STACK}, slurm_bin_dir: "{slurm.dir}"}}\n',
+        "g.yaml",
+    )
+    session = boto3.session.Session(region_name="us-east-1")
+    state = State(cfg.state.path)
+    d = Daemon(
+        cfg, Aws(cfg.aws, session), state, clock=FakeClock(datetime.now(UTC) + timedelta(hours=1))
+    )
+    try:
+        d.leader = True
+        d.actuator.begin_cycle([])
+        session.events.register(
+            "before-call.ec2",
+            lambda model, **_: called.append(model.name),  # type: ignore[misc]
+        )
+        REGISTRY["burst-reconcile"].run(d.context())  # type: ignore[misc]
+    finally:
+        d.close()
+        state.close()
+    model = botocore.session.get_session().get_service_model("ec2")
+    assert all(op in model.operation_names for op in called)
+    assert {f"ec2:{op}" for op in called} == set(REGISTRY["burst-reconcile"].iam_actions)
+
+
+def test_plan_skips_auto_scaling_members_and_untagged_when_off() -> None:
+    now = datetime(2026, 12, 3, 12, tzinfo=UTC)
+    old = now - timedelta(hours=1)
+    asg = Instance("i-1", "us-east-1", "running", old, None, asg=True)
+    bare = Instance("i-2", "us-east-1", "running", old, None)
+    assert [
+        i.instance_id for i, _ in plan([asg, bare], {}, now, timedelta(minutes=15)).terminate
+    ] == ["i-2"]
+    assert plan([asg, bare], {}, now, timedelta(minutes=15), untagged_orphans=False).terminate == []
+
+
+# -- d) the heartbeat, read by the resume program (burst/power.py) ------------------------------
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def _hb_stack(tmp_path: Path, hb: Path | None) -> BurstStack:
+    burst: dict[str, Any] = {"auditLog": str(tmp_path / "a.jsonl")}
+    if hb is not None:
+        burst |= {
+            "reconcilerHeartbeat": str(hb),
+            "reconcilerIntervalS": 60,
+            "heartbeatIntervals": 3,
+        }
+    s = parse_burst(
+        "t",
+        stack_map(
+            [
+                {
+                    "name": "od",
+                    "instanceType": "p5.48xlarge",
+                    "nodes": 2,
+                    "capacity": {"model": "on-demand"},
+                }
+            ],
+            burst,
+        ),
+    )
+    return s.model_copy(update={"config": s.config.model_copy(update={"region": "us-east-1"})})
+
+
+@pytest.mark.parametrize(
+    ("age", "refused"),
+    [
+        (None, False),
+        (timedelta(seconds=60), False),
+        (timedelta(minutes=4), True),
+        ("missing", True),
+    ],
+)
+def test_resume_refuses_when_the_heartbeat_is_stale(
+    ec2: Any, tmp_path: Path, age: Any, refused: bool
+) -> None:
+    """The file the rule writes (write_heartbeat) is what resume reads: older than 3 x 60 s,
+    or missing, and resume launches nothing, sets the nodes DOWN with HEARTBEAT_REASON and
+    powers them down; with no heartbeat configured the check is off."""
+    hb = tmp_path / "hb.json"
+    if isinstance(age, timedelta):
+        write_heartbeat(hb, NOW - age, dry_run=False, leader=True)
+    _templates(ec2, "t", ["od"])
+    rec = RecordingSlurm()
+    stack = _hb_stack(tmp_path, None if age is None else hb)
+    result = Power(stack, ec2, rec, Audit(tmp_path / "a.jsonl"), now=lambda: NOW).resume(
+        "od-[1-2]", None
+    )
+    live = ec2.describe_instances(
+        Filters=[{"Name": "instance-state-name", "Values": ["pending", "running"]}]
+    )
+    n_live = sum(len(r["Instances"]) for r in live["Reservations"])
+    if refused:
+        assert result.refused == ["od-1", "od-2"] and not result.launched and n_live == 0
+        assert rec.calls == [
+            ("update", "nodename=od-[1-2]", "state=down", f"reason={HEARTBEAT_REASON}"),
+            ("update", "nodename=od-[1-2]", "state=power_down_force"),
+        ]
+        ev = [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()][-1]
+        assert ev["event"] == "resume.refused" and "heartbeat" in ev["reason"]
+    else:
+        assert sorted(result.launched) == ["od-1", "od-2"] and n_live == 2
+
+
+def test_heartbeat_is_replaced_atomically(tmp_path: Path) -> None:
+    hb = tmp_path / "d" / "hb.json"
+    write_heartbeat(hb, NOW, dry_run=False, leader=True)
+    first = os.stat(hb).st_ino
+    write_heartbeat(hb, NOW + timedelta(minutes=1), dry_run=False, leader=True)
+    assert os.stat(hb).st_ino != first  # a new file renamed over the old one
+    assert json.loads(hb.read_text())["ts"].startswith("2026-12-03T12:01")
+    assert [p.name for p in hb.parent.iterdir()] == ["hb.json"]
+
+
+# -- e) pool holds from the resume program's audit log -----------------------------------------
+def _burst_event(path: Path, ts: datetime, event: str, **fields: Any) -> None:
+    """An event as burst/power.py's Audit writes it (epoch ``ts``, ``event``, fields)."""
+    with path.open("a") as f:
+        f.write(json.dumps({"ts": round(ts.timestamp(), 3), "event": event, **fields}) + "\n")
+
+
+def test_capacity_error_holds_the_pool_for_the_backoff(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """An InsufficientInstanceCapacity resume failure 10 min ago: the pool's idle cloud nodes
+    go into a MAINT reservation ending when the 30 min backoff does; once, and only that
+    pool. Another error code, or one older than the backoff, holds nothing."""
+    now = datetime.now(UTC) + timedelta(hours=1)
+    log = tmp_path / "burst-audit.jsonl"
+    _burst_event(log, now - timedelta(minutes=10), "resume.failed", nodes="od-[1-2]", code=ICE)
+    _burst_event(log, now - timedelta(minutes=5), "resume.failed", nodes="sp-1", code="Unsupported")
+    _burst_event(log, now - timedelta(minutes=50), "resume.failed", nodes="cb-1", code=ICE)
+    with log.open("a") as f:
+        f.write("not json\n")
+    slurm.set_nodes(
+        node_line("core1", "IDLE"),
+        node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("od-2", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("sp-1", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("cb-1", "IDLE+CLOUD+POWERED_DOWN"),
+    )
+    extra = f', burst_audit_log: "{log}", capacity_backoff: 30m'
+    report, audit = cycle(tmp_path, slurm, extra=extra)
+    assert report.errors == []
+    (create,) = slurm.creates()
+    assert create[:3] == ["create", "reservation", create[2]]
+    assert create[2].startswith("ReservationName=coreburst-backoff-od-")
+    assert "Nodes=od-1,od-2" in create and "Duration=20" in create
+    assert "Flags=MAINT,IGNORE_JOBS,OVERLAP" in create
+    held = [e for e in audit if e["event"] == "burst.hold"]
+    assert [e["pool"] for e in held] == ["od"] and ICE in held[0]["why"]
+    # Next cycle: the reservation exists (scontrol shows it), so nothing is created again.
+    name = create[2].split("=", 1)[1]
+    (slurm.dir / "reservations.txt").write_text(
+        f"ReservationName={name} StartTime=2026-12-03T10:00:00 Nodes=od-[1-2] Flags=MAINT\n"
+    )
+    cycle(tmp_path, slurm, extra=extra)
+    assert len(slurm.creates()) == 1
+
+
+def test_repeated_bootstrap_failures_protect_the_pool(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """Three resume-fail events (nodes that never registered) within the window: the pool is
+    held with no end; two are not enough; the busy node is left out of the reservation."""
+    now = datetime.now(UTC) + timedelta(hours=1)
+    log = tmp_path / "burst-audit.jsonl"
+    for minutes in (50, 30, 10):
+        _burst_event(log, now - timedelta(minutes=minutes), "resume-fail", nodes="sp-1")
+    for minutes in (40, 20):
+        _burst_event(log, now - timedelta(minutes=minutes), "resume-fail", nodes="od-[1-2]")
+    slurm.set_nodes(
+        node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("od-2", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("sp-1", "IDLE+CLOUD+POWERED_DOWN"),
+        node_line("sp-2", "MIXED+CLOUD", boot="2026-12-03T10:00:00"),
+    )
+    launch(ec2, "sp-2")
+    extra = f', burst_audit_log: "{log}", bootstrap_failures_before_protect: 3'
+    cycle(tmp_path, slurm, extra=extra)
+    (create,) = slurm.creates()
+    assert "ReservationName=coreburst-protect-sp" in create
+    assert "Nodes=sp-1" in create and "Duration=UNLIMITED" in create
+
+
+def test_holds_dry_run_creates_nothing(ec2: Any, slurm: FakeSlurm, tmp_path: Path) -> None:
+    log = tmp_path / "burst-audit.jsonl"
+    _burst_event(
+        log, datetime.now(UTC) + timedelta(minutes=55), "resume.failed", nodes="od-1", code=ICE
+    )
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"))
+    _, audit = cycle(tmp_path, slurm, dry_run=True, extra=f', burst_audit_log: "{log}"')
+    assert slurm.creates() == []
+    assert [e["because"] for e in audit if e["event"] == "action.skipped"] == ["dry-run"]
+
+
+def test_pools_of_hostlists() -> None:
+    assert pools_of("od-[1-2,5],sp-1") == {"od", "sp"}
+    assert pools_of("my-pool-[01-10]") == {"my-pool"} and pools_of("core") == set()
+
+
+def test_unreadable_audit_log_is_one_error_and_the_pass_completes(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    log = tmp_path / "burst-audit.jsonl"
+    log.write_bytes(b'{"ts": 1, "event": "resume.failed", "nodes": "od-1\xff"}\n')
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD+POWERED_DOWN"))
+    report, _ = cycle(tmp_path, slurm, extra=f', burst_audit_log: "{log}"')
+    assert len(report.errors) == 1 and "not UTF-8 at byte" in report.errors[0]
+    assert "\n" not in report.errors[0] and (tmp_path / "hb.json").exists()
