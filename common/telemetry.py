@@ -36,6 +36,24 @@ UTILIZATION_METRICS: dict[AcceleratorKind, UtilizationMetric] = {
 }
 
 
+@dataclass(frozen=True)
+class HeartbeatMetric:
+    """A per-instance liveness series (value 1 each period) from a node-side publisher of ours.
+    Without a fresh datapoint the node is blind: "publisher dead" must never read as idle."""
+
+    namespace: str
+    metric_name: str
+    dimension_names: tuple[str, ...] = ("InstanceId",)
+
+
+# Published by the Neuron publisher (common/neuron_report.py, installed by the launch template)
+# with every report from neuron-monitor, next to one utilization datapoint per logical
+# NeuronCore (0 % for a core no Neuron application holds).
+PUBLISHER_HEARTBEATS: dict[AcceleratorKind, HeartbeatMetric] = {
+    "neuron": HeartbeatMetric("CoreBurst/Neuron", "coreburst_publisher_heartbeat"),
+}
+
+
 # A Trainium node whose runtime runs at a logical NeuronCore size other than the catalog's
 # default (NEURON_LOGICAL_NC_CONFIG; trn2: 1 or 2, default 2) carries it in this instance tag,
 # so the guardrails expect chips x physical cores per chip / size series (trn2 at LNC=1: 128).

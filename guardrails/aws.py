@@ -15,6 +15,7 @@ import boto3
 from botocore.config import Config
 
 from common.catalog import Catalog, load_catalog
+from common.telemetry import PUBLISHER_HEARTBEATS, UTILIZATION_METRICS
 from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
 from guardrails.model import DeviceSeries, Market, Node, Series
@@ -302,6 +303,47 @@ def get_metric_data(
     return out, failed
 
 
+def heartbeat_refs(kind: str, metric: MetricConfig, nodes: list[Node]) -> list[SeriesRef]:
+    """One heartbeat series per node whose utilization comes from a publisher of ours (the
+    configured metric is ``common.telemetry``'s for a family with a heartbeat); none for a
+    metric someone else publishes, which has no heartbeat."""
+    hb = PUBLISHER_HEARTBEATS.get(kind)  # type: ignore[call-overload]
+    ours = UTILIZATION_METRICS.get(kind)  # type: ignore[call-overload]
+    if hb is None or ours is None:
+        return []
+    if (metric.namespace, metric.metric_name, metric.device_dimension) != (
+        ours.namespace,
+        ours.metric_name,
+        ours.device_dimension,
+    ):
+        return []
+    return [
+        SeriesRef(
+            n.instance_id,
+            "heartbeat",
+            hb.namespace,
+            hb.metric_name,
+            (("InstanceId", n.instance_id),),
+        )
+        for n in nodes
+    ]
+
+
+def heartbeat_problem(beats: Series, now: datetime, max_gap: timedelta) -> str | None:
+    """Why a node's publisher counts as dead (None while it is alive): no heartbeat in the
+    window, or none within ``max_gap`` of now. Its node is then blind, never idle."""
+    past = [t for t in beats.timestamps if t <= now]
+    if not past:
+        return "publisher dead: no heartbeat in the window (node-side Neuron publisher not running)"
+    age = now - max(past)
+    if age > max_gap:
+        return (
+            f"publisher dead: last heartbeat {int(age.total_seconds())}s ago "
+            f"(max gap {int(max_gap.total_seconds())}s)"
+        )
+    return None
+
+
 def fetch_utilization(
     cw: Any,
     nodes: list[Node],
@@ -331,12 +373,20 @@ def fetch_utilization(
             for n in kind_nodes:
                 errors[n.instance_id] = f"ListMetrics failed: {type(exc).__name__}"
             continue
+        beats = heartbeat_refs(kind, metric, kind_nodes)
+        util_count = len(refs)
+        refs = [*refs, *beats]
         data, failed = get_metric_data(
             cw, refs, start=start, end=now, period_s=int(cfg.period.total_seconds()), stat="Maximum"
         )
         for i, ref in enumerate(refs):
             if i in failed:
                 errors[ref.key] = "GetMetricData failed for this node's batch"
+                continue
+            if i >= util_count:
+                why = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap)
+                if why and ref.key not in errors:
+                    errors[ref.key] = why
                 continue
             pts = data.get(i, Series())
             # telemetry mode queries devices that may not exist: no points = no series

@@ -9,35 +9,47 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from importlib import resources
 from typing import Literal
 
-from common.telemetry import UTILIZATION_METRICS, AcceleratorKind, cloudwatch_agent_config
+from common.telemetry import (
+    PUBLISHER_HEARTBEATS,
+    UTILIZATION_METRICS,
+    AcceleratorKind,
+    cloudwatch_agent_config,
+)
 
-# Relays neuron-monitor's JSON stream to CloudWatch with the dimension set the guardrails query.
-_NEURON_RELAY = """\
-import json, subprocess, sys, urllib.request
-def imds(path):
-    tok = urllib.request.Request("http://169.254.169.254/latest/api/token", method="PUT",
-        headers={"X-aws-ec2-metadata-token-ttl-seconds": "300"})
-    t = urllib.request.urlopen(tok, timeout=2).read().decode()
-    req = urllib.request.Request("http://169.254.169.254/latest/meta-data/" + path,
-        headers={"X-aws-ec2-metadata-token": t})
-    return urllib.request.urlopen(req, timeout=2).read().decode()
-iid = imds("instance-id")
-for line in sys.stdin:
-    report = json.loads(line)
-    data = []
-    for rt in report.get("neuron_runtime_data", []):
-        cores = rt["report"]["neuroncore_counters"]["neuroncores_in_use"]
-        for core, c in cores.items():
-            data.append({"MetricName": "%(metric)s", "Unit": "Percent",
-                "Value": float(c["neuroncore_utilization"]),
-                "Dimensions": [{"Name": "InstanceId", "Value": iid},
-                               {"Name": "%(device)s", "Value": str(core)}]})
-    for i in range(0, len(data), 500):
-        subprocess.run(["aws", "cloudwatch", "put-metric-data", "--namespace", "%(namespace)s",
-            "--metric-data", json.dumps(data[i:i + 500])], check=False)
-"""
+# The Neuron publisher: common/neuron_report.py, copied onto the node verbatim (stdlib only), so
+# the code the node runs is the code tests/unit/guardrails/test_neuron_publisher.py tests.
+NEURON_PUBLISHER_PATH = "/usr/local/bin/coreburst-neuron-publisher.py"
+NEURON_PUBLISHER_SERVICE = "coreburst-neuron-publisher.service"
+
+
+def neuron_publisher_source() -> str:
+    """The publisher's source, read from the installed ``common`` package."""
+    return resources.files("common").joinpath("neuron_report.py").read_text(encoding="utf-8")
+
+
+def neuron_publisher_command(lnc: int | None = None) -> str:
+    """The publisher's command line, with the names from ``common.telemetry``."""
+    m, hb = UTILIZATION_METRICS["neuron"], PUBLISHER_HEARTBEATS["neuron"]
+    args = [
+        "/usr/bin/python3",
+        NEURON_PUBLISHER_PATH,
+        "--namespace",
+        m.namespace,
+        "--metric",
+        m.metric_name,
+        "--device-dimension",
+        m.device_dimension,
+        "--heartbeat-namespace",
+        hb.namespace,
+        "--heartbeat-metric",
+        hb.metric_name,
+    ]
+    if lnc is not None:
+        args += ["--lnc", str(int(lnc))]
+    return shlex.join(args)
 
 
 # FSx for Lustre user guide, "Configuring EFA clients"
@@ -76,10 +88,13 @@ def render_user_data(
     lustre_efa: bool = False,
     *,
     slurm_join: SlurmJoin | None = None,
+    neuron_lnc: int | None = None,
 ) -> str:
     """The node's boot script. ``lustre_efa``: the file system is EFA-enabled and this node
     type is an EFA client, so LNet gets its EFA interfaces before the mount. ``slurm_join``:
     a burst stack's node joins the on-prem Slurm controller last (after Lustre is mounted).
+    ``neuron_lnc``: the logical NeuronCore size the Neuron publisher counts cores at (None: the
+    node's NEURON_LOGICAL_NC_CONFIG, else the runtime default; see common/neuron_report.py).
 
     >>> "setup.sh" in render_user_data("nvidia", "fs.example", "abcd", lustre_efa=True)
     True
@@ -97,30 +112,28 @@ def render_user_data(
             "-m ec2 -s -c file:/opt/aws/amazon-cloudwatch-agent/etc/coreburst.json",
         ]
     else:
-        m = UTILIZATION_METRICS["neuron"]
-        relay = _NEURON_RELAY % {
-            "metric": m.metric_name,
-            "device": m.device_dimension,
-            "namespace": m.namespace,
-        }
+        src = neuron_publisher_source().rstrip()
+        if any(line.strip() == "PY" for line in src.splitlines()):
+            raise ValueError("common/neuron_report.py holds a line 'PY' (the heredoc's end)")
         lines += [
-            "# Per-NeuronCore utilization for the idle guardrail (neuron-monitor relay).",
-            "cat > /usr/local/bin/coreburst-neuron-relay.py <<'PY'",
-            relay.rstrip(),
+            "# Every logical NeuronCore's utilization (0 % when no Neuron application holds it)",
+            "# and a heartbeat, each neuron-monitor period, for the idle guardrail.",
+            f"cat > {NEURON_PUBLISHER_PATH} <<'PY'",
+            src,
             "PY",
-            "cat > /etc/systemd/system/coreburst-neuron-relay.service <<'UNIT'",
+            f"cat > /etc/systemd/system/{NEURON_PUBLISHER_SERVICE} <<'UNIT'",
             "[Unit]",
-            "Description=neuron-monitor to CloudWatch relay (coreburst)",
+            "Description=neuron-monitor to CloudWatch publisher (coreburst)",
             "After=network-online.target",
             "[Service]",
             "ExecStart=/bin/sh -c '/opt/aws/neuron/bin/neuron-monitor | "
-            "/usr/bin/python3 /usr/local/bin/coreburst-neuron-relay.py'",
+            f"{neuron_publisher_command(neuron_lnc)}'",
             "Restart=always",
             "[Install]",
             "WantedBy=multi-user.target",
             "UNIT",
             "systemctl daemon-reload",
-            "systemctl enable --now coreburst-neuron-relay.service",
+            f"systemctl enable --now {NEURON_PUBLISHER_SERVICE}",
         ]
     if lustre_dns and lustre_mount_name:
         lines += ["", *_lustre_mount(lustre_dns, lustre_mount_name, mount_point, lustre_efa)]

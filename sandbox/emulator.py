@@ -20,6 +20,8 @@ from typing import Any
 
 import boto3
 
+from common.telemetry import PUBLISHER_HEARTBEATS
+
 AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
@@ -262,6 +264,19 @@ def publish(
                         "Timestamp": ts,
                         "Value": v,
                         "Unit": "Percent",
+                    }
+                )
+            hb = PUBLISHER_HEARTBEATS.get(n.kind)  # type: ignore[call-overload]
+            if hb is not None and n.profile != "missing":
+                # our node-side publisher's heartbeat (common/neuron_report.py); a node with
+                # no data at all ("missing") has no live publisher either
+                batches.setdefault((n.region, hb.namespace), []).append(
+                    {
+                        "MetricName": hb.metric_name,
+                        "Dimensions": [{"Name": "InstanceId", "Value": n.instance_id}],
+                        "Timestamp": ts,
+                        "Value": 1.0,
+                        "Unit": "Count",
                     }
                 )
             gbh = spike.get(n.instance_id, n.egress_gb_per_hour)
