@@ -5,7 +5,9 @@ Retry-After is honoured up to ``slack.backoff_max`` (and the message resent, nev
 and the outbox's unique dedupe key means one event is delivered once. A sender claims a row
 before sending it, so two senders on one store (two daemons, a daemon and a Lambda) never
 both deliver it. One cycle's sends share ``slack.cycle_budget_s``: a hanging Slack delays the
-cycle by that much at most. The webhook URL is a secret: it is read from
+cycle by that much at most, and within it the highest-priority rows go first (``PRIORITY_*``:
+a spend breach or the blind-nodes summary is never queued behind routine idle digests). The
+webhook URL is a secret: it is read from
 ``COREBURST_SLACK_WEBHOOK_URL`` or a file and never logged or stored.
 """
 
@@ -53,6 +55,14 @@ FALLBACK_TEXT_MAX = 4000
 # crowd every other one out of a section.
 LINE_MAX = 1000
 
+# Outbox priorities (``due`` returns the highest first). Slack's incoming webhooks allow about
+# "1 message per second per channel" (https://api.slack.com/docs/rate-limits, "Incoming
+# webhooks"), and a cycle's ``slack.cycle_budget_s`` bounds how many go out, so what matters
+# most goes first: the money (spend breaches, budget notices) and the safety state (kill switch,
+# breaker, blind nodes) before routine idle digests.
+PRIORITY_ROUTINE = 0
+PRIORITY_URGENT = 10
+
 ELLIPSIS = "\u2026"
 _PARTIAL_ENTITY = re.compile(r"&[a-z]{0,3}$")
 
@@ -97,6 +107,7 @@ class Alert:
     lines: list[str]
     severity: str = "warning"
     fields: dict[str, str] = field(default_factory=dict)
+    priority: int = PRIORITY_ROUTINE  # higher is sent first (``PRIORITY_URGENT``)
 
     def payload(self) -> dict[str, Any]:
         """The webhook body: within every Block Kit limit above for any title, lines, fields
@@ -250,13 +261,16 @@ class Outbox:
             self.state.remember(alert.dedupe_key, alert.alert_key, now)
             self.log.info("alert.suppressed", alert_key=alert.alert_key, reason="cooldown")
             return False
-        added = self.state.enqueue(alert.dedupe_key, alert.alert_key, alert.payload(), now)
+        added = self.state.enqueue(
+            alert.dedupe_key, alert.alert_key, alert.payload(), now, priority=alert.priority
+        )
         if added:
             self.log.info("alert.queued", dedupe_key=alert.dedupe_key, title=alert.title)
         return added
 
     def flush(self, limit: int = 50) -> int:
-        """Try each due message once, oldest first, within ``slack.cycle_budget_s`` of real
+        """Try each due message once, highest priority first and oldest first within a
+        priority, within ``slack.cycle_budget_s`` of real
         time; returns how many were delivered. What the budget leaves untried stays due.
 
         A retry time further ahead than ``slack.backoff_max`` was set while the clock ran

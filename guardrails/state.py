@@ -28,7 +28,7 @@ CREATE TABLE IF NOT EXISTS outbox (
   id INTEGER PRIMARY KEY AUTOINCREMENT, dedupe_key TEXT NOT NULL UNIQUE, alert_key TEXT NOT NULL,
   payload TEXT NOT NULL, created_at TEXT NOT NULL, next_attempt_at TEXT NOT NULL,
   attempts INTEGER NOT NULL DEFAULT 0, status TEXT NOT NULL, sent_at TEXT, last_error TEXT,
-  claimed_until REAL);
+  claimed_until REAL, priority INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS spend (
   ts TEXT NOT NULL, scope TEXT NOT NULL, burn REAL NOT NULL, today REAL NOT NULL,
   mtd REAL NOT NULL, projected_month REAL NOT NULL, PRIMARY KEY (ts, scope));
@@ -58,9 +58,17 @@ class State:
         self.db.execute("PRAGMA synchronous=FULL")
         self.db.executescript(SCHEMA)
         cols = {r["name"] for r in self.db.execute("PRAGMA table_info(outbox)")}
-        if "claimed_until" not in cols:  # a state file from before outbox claims
+        added = {
+            # a state file from before outbox claims
+            "claimed_until": "claimed_until REAL",
+            # a state file from before outbox priorities: its rows are routine (0)
+            "priority": "priority INTEGER NOT NULL DEFAULT 0",
+        }
+        for col, ddl in added.items():
+            if col in cols:
+                continue
             try:
-                self.db.execute("ALTER TABLE outbox ADD COLUMN claimed_until REAL")
+                self.db.execute(f"ALTER TABLE outbox ADD COLUMN {ddl}")
             except sqlite3.OperationalError as exc:
                 if "duplicate column" not in str(exc):  # another process added it first
                     raise
@@ -149,12 +157,18 @@ class State:
 
     # -- outbox ------------------------------------------------------------------------------
     def enqueue(
-        self, dedupe_key: str, alert_key: str, payload: dict[str, Any], now: datetime
+        self,
+        dedupe_key: str,
+        alert_key: str,
+        payload: dict[str, Any],
+        now: datetime,
+        *,
+        priority: int = 0,
     ) -> bool:
         cur = self.db.execute(
             "INSERT OR IGNORE INTO outbox (dedupe_key, alert_key, payload, created_at,"
-            " next_attempt_at, status) VALUES (?,?,?,?,?, 'pending')",
-            (dedupe_key, alert_key, json.dumps(payload), iso(now), iso(now)),
+            " next_attempt_at, status, priority) VALUES (?,?,?,?,?, 'pending', ?)",
+            (dedupe_key, alert_key, json.dumps(payload), iso(now), iso(now), int(priority)),
         )
         return cur.rowcount == 1
 
@@ -181,12 +195,14 @@ class State:
         self, now: datetime, limit: int = 100, *, horizon: datetime | None = None
     ) -> list[sqlite3.Row]:
         """Pending rows whose time has come, or whose time lies past ``horizon`` (set while
-        the clock ran ahead). A row another sender holds is still listed: ``claim`` decides."""
+        the clock ran ahead), highest ``priority`` first, then oldest first. A row another
+        sender holds is still listed: ``claim`` decides."""
         far = iso(horizon) if horizon is not None else "9999"  # after every ISO date
         return list(
             self.db.execute(
                 "SELECT * FROM outbox WHERE status='pending'"
-                " AND (next_attempt_at<=? OR next_attempt_at>?) ORDER BY id LIMIT ?",
+                " AND (next_attempt_at<=? OR next_attempt_at>?)"
+                " ORDER BY priority DESC, id LIMIT ?",
                 (iso(now), far, limit),
             )
         )

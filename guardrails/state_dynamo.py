@@ -179,7 +179,14 @@ class DynamoState:
 
     # -- outbox ----------------------------------------------------------------------------
     def _outbox_insert(
-        self, dedupe_key: str, alert_key: str, payload: str, now: datetime, status: str
+        self,
+        dedupe_key: str,
+        alert_key: str,
+        payload: str,
+        now: datetime,
+        status: str,
+        *,
+        priority: int = 0,
     ) -> bool:
         if self.table.get_item(Key={"pk": "outbox", "sk": dedupe_key}).get("Item"):
             return False
@@ -197,6 +204,7 @@ class DynamoState:
             "status": status,
             "sent_at": None,
             "last_error": None,
+            "priority": int(priority),
         }
         try:
             # The event and its id index land together, or neither does.
@@ -224,9 +232,17 @@ class DynamoState:
         return True
 
     def enqueue(
-        self, dedupe_key: str, alert_key: str, payload: dict[str, Any], now: datetime
+        self,
+        dedupe_key: str,
+        alert_key: str,
+        payload: dict[str, Any],
+        now: datetime,
+        *,
+        priority: int = 0,
     ) -> bool:
-        return self._outbox_insert(dedupe_key, alert_key, json.dumps(payload), now, "pending")
+        return self._outbox_insert(
+            dedupe_key, alert_key, json.dumps(payload), now, "pending", priority=priority
+        )
 
     def has_event(self, dedupe_key: str) -> bool:
         return "Item" in self.table.get_item(Key={"pk": "outbox", "sk": dedupe_key})
@@ -246,7 +262,9 @@ class DynamoState:
         return parse_iso(max(times)) if times else None
 
     def due(self, now: datetime, limit: int = 100, *, horizon: datetime | None = None) -> list[Row]:
-        """As ``State.due``: pending rows whose time has come or lies past ``horizon``."""
+        """As ``State.due``: pending rows whose time has come or lies past ``horizon``,
+        highest ``priority`` first (an item from before priorities has none: routine, 0),
+        then oldest first."""
         at, far = iso(now), iso(horizon) if horizon is not None else "9999"
         rows = [
             r
@@ -254,6 +272,7 @@ class DynamoState:
             if r["status"] == "pending"
             and (r["next_attempt_at"] <= at or r["next_attempt_at"] > far)
         ]
+        rows.sort(key=lambda r: (-int(r.get("priority") or 0), r["id"]))
         return rows[:limit]
 
     def claim(self, row_id: int, now: datetime, ttl_s: float, *, attempts: int) -> bool:

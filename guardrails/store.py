@@ -63,8 +63,17 @@ class StateStore(Protocol):
 
     # -- Slack outbox ------------------------------------------------------------------------
     def enqueue(
-        self, dedupe_key: str, alert_key: str, payload: dict[str, Any], now: datetime
-    ) -> bool: ...
+        self,
+        dedupe_key: str,
+        alert_key: str,
+        payload: dict[str, Any],
+        now: datetime,
+        *,
+        priority: int = 0,
+    ) -> bool:
+        """Store a pending message once per ``dedupe_key``; ``priority`` orders ``due`` (higher
+        first: spend breaches and the blind summary before routine idle digests)."""
+        ...
 
     def has_event(self, dedupe_key: str) -> bool: ...
 
@@ -76,7 +85,8 @@ class StateStore(Protocol):
         self, now: datetime, limit: int = 100, *, horizon: datetime | None = None
     ) -> Sequence[Row]:
         """Pending rows with ``next_attempt_at`` at or before ``now``, or after ``horizon``:
-        a retry time that far ahead was set while the clock ran ahead, so it is due now."""
+        a retry time that far ahead was set while the clock ran ahead, so it is due now.
+        Highest ``priority`` first, then oldest (lowest id) first."""
         ...
 
     def claim(self, row_id: int, now: datetime, ttl_s: float, *, attempts: int) -> bool:

@@ -103,6 +103,7 @@ def run(ctx: RuleContext) -> None:
     marks = ctx.state.marks()
     mark_tag = ctx.cfg.reclaim.mark_tag
     report = ctx.report
+    digests: dict[str, _Digest] = {}
     for n in ctx.nodes:
         row = marks.get(n.instance_id)
         marked_at = parse_iso(row["marked_at"]) if row else None
@@ -122,7 +123,24 @@ def run(ctx: RuleContext) -> None:
             action=d.action,
             reason=d.reason,
         )
-        _apply(ctx, n, d)
+        _apply(ctx, n, d, digests)
+    for who in sorted(digests):
+        marked, reclaimed, unmarked = digests[who]
+        if not (marked or reclaimed or unmarked):
+            continue  # nothing changed for this owner: no message
+        ctx.alert(
+            messages.idle_digest(
+                who,
+                marked,
+                reclaimed,
+                unmarked,
+                now=now,
+                exempt_tag=ctx.cfg.reclaim.exempt_tag,
+                max_exemption_days=ctx.cfg.reclaim.max_exemption.days,
+                dry_run=ctx.actuator.dry_run,
+            ),
+            timedelta(0),
+        )
     for st in ("idle", "busy", "unknown"):
         ctx.metrics.nodes.labels(st).set(report.states.get(st, 0))
     blind = [d for d in report.decisions if d.state == "unknown"]
@@ -130,7 +148,12 @@ def run(ctx: RuleContext) -> None:
         ctx.alert(messages.blind(blind), timedelta(hours=6))
 
 
-def _apply(ctx: RuleContext, n: Node, d: Decision) -> None:
+# One owner's events this cycle: marked, reclaimed, busy again (``messages.idle_digest``).
+_Digest = tuple[list[messages.Marked], list[messages.Reclaimed], list[tuple[Node, Decision]]]
+
+
+def _apply(ctx: RuleContext, n: Node, d: Decision, digests: dict[str, _Digest]) -> None:
+    """Tag, untag or act on one node; its Slack message goes into its owner's digest."""
     act = ctx.actuator
     if not act.leader and d.step != "none":
         # A standby daemon decides and reports but never tags or acts.
@@ -139,8 +162,9 @@ def _apply(ctx: RuleContext, n: Node, d: Decision) -> None:
     now = ctx.clock.now()
     cfg = ctx.cfg
     ec2 = ctx.aws.client("ec2", n.region)
-    price = messages.price_text(ctx.prices.hourly(n))
+    hourly = ctx.prices.hourly(n)
     dry = act.dry_run
+    digest = digests.setdefault(ctx.owner(n), ([], [], []))
     if d.step == "mark":
         if not dry:
             ks = act.kill_switch()
@@ -161,19 +185,7 @@ def _apply(ctx: RuleContext, n: Node, d: Decision) -> None:
             act_after=d.act_after,
             dry_run=dry,
         )
-        ctx.alert(
-            messages.idle_marked(
-                n,
-                d,
-                now=now,
-                price=price,
-                who=ctx.owner(n),
-                exempt_tag=cfg.reclaim.exempt_tag,
-                max_exemption_days=cfg.reclaim.max_exemption.days,
-                dry_run=dry,
-            ),
-            timedelta(0),
-        )
+        digest[0].append((n, d, hourly))
     elif d.step == "unmark":
         row = ctx.state.marks().get(n.instance_id)
         if not (row and row["dry_run"]) and not act.kill_switch():
@@ -184,7 +196,7 @@ def _apply(ctx: RuleContext, n: Node, d: Decision) -> None:
                 return
         ctx.state.remove_mark(n.instance_id)
         act.audit("unmark", instance_id=n.instance_id, reason=d.reason)
-        ctx.alert(messages.idle_unmarked(n, d, who=ctx.owner(n)), timedelta(0))
+        digest[2].append((n, d))
     elif d.step == "act":
         key = f"reclaim:{n.instance_id}:{iso(d.marked_at) if d.marked_at else ''}"
         asg = ctx.aws.client("autoscaling", n.region)
@@ -198,7 +210,7 @@ def _apply(ctx: RuleContext, n: Node, d: Decision) -> None:
         )
         if ok:
             ctx.state.remove_mark(n.instance_id)
-            ctx.alert(messages.reclaimed(key, n, d, price=price, who=ctx.owner(n)), timedelta(0))
+            digest[1].append((key, n, d, hourly))
 
 
 RULE = Rule(

@@ -135,10 +135,11 @@ def test_two_daemons_on_one_host_and_state_file_one_acts_each_alert_once(
     standby = logs[0] if not marked[0] else logs[1]
     assert any(e["event"] == "leader.standby" for e in standby)
     titles = hook.titles()
-    assert sorted(t for t in titles if "will be stopped" in t) == sorted(
-        f"Idle node {i} will be stopped" for i in ids
-    )
-    assert len(titles) == 6, titles  # five marks and one blind node
+    # the five idle nodes are alice's and marked in one cycle: one digest (messages.idle_digest)
+    assert [t for t in titles if "owner=alice" in t] == ["Idle nodes of owner=alice: 5 marked"]
+    digest = next(p for p in hook.posts if "owner=alice" in p["blocks"][0]["text"]["text"])
+    assert all(i in digest["blocks"][1]["text"]["text"] for i in ids)
+    assert len(titles) == 2, titles  # the digest of five marks and one blind node
     assert len(hook.attempts) == len(titles)  # nothing sent twice, not even attempted twice
 
 

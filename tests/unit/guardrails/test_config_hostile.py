@@ -186,7 +186,10 @@ def test_every_duration_has_a_documented_range(path: str, field: Any, meta: list
     rng = _between(meta)
     assert timedelta(0) < rng.min < rng.max
     assert rng.min <= field.default <= rng.max
-    row = next((ln for ln in _readme_guardrails().splitlines() if f"`{path}`" in ln), "")
+    row = next(
+        (ln for ln in _readme_guardrails().splitlines() if ln.lstrip().startswith(f"| `{path}` |")),
+        "",
+    )
     assert rng.low in row and rng.high in row, f"README has no range row for {path}"
 
 
