@@ -22,8 +22,6 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = [
@@ -101,32 +99,6 @@ def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
     assert "Contracts: 0 kept, 3 broken" in report, report
     for line in ("common.up -> infra", "guardrails.side -> policies", "tco.demo -> sandbox"):
         assert line in report, report
-
-
-def _import_times(argv: list[str]) -> tuple[set[str], float]:
-    out = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "coreburst", *argv],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    modules: set[str] = set()
-    total_us = 0
-    for line in out.stderr.splitlines():
-        m = re.match(r"import time:\s+(\d+) \|\s+\d+ \|\s*(\S+)", line)
-        if m:
-            total_us += int(m.group(1))
-            modules.add(m.group(2))
-    assert modules, out.stderr[-2000:]
-    return modules, total_us / 1e6
-
-
-@pytest.mark.parametrize("argv", [["--help"], ["tco", "--help"]])
-def test_listing_commands_imports_no_pulumi(argv: list[str]) -> None:
-    modules, _ = _import_times(argv)
-    assert not [m for m in modules if m.split(".")[0] in {"pulumi", "pulumi_aws", "ansible"}]
 
 
 # -- the README's map matches the tree -------------------------------------------------------------
