@@ -130,8 +130,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--lnc", type=int, default=None)
     a = ap.parse_args(argv)
     iid = ""
-    for raw in sys.stdin:
-        line = raw.strip()
+    # Bytes, not text: one line that is not UTF-8 is skipped, it does not stop the publisher.
+    for raw in sys.stdin.buffer:
+        try:
+            line = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            print("coreburst-neuron-publisher: skipped a line that is not UTF-8", file=sys.stderr)
+            continue
         if not line:
             continue
         try:

@@ -142,15 +142,15 @@ def test_the_publisher_script_runs_and_calls_put_metric_data(tmp_path: Path) -> 
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     r = subprocess.run(
         [sys.executable, str(script), *cmd],
-        input=lines + "\nnot json\n",
+        input=(lines + "\nnot json\n").encode() + b"\xff\xfe not utf-8\n",
         check=False,
-        text=True,
         capture_output=True,
         env=env,
         timeout=60,
     )
-    assert r.returncode == 0, r.stderr
-    assert "not JSON" in r.stderr
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    assert "not JSON" in err and "not UTF-8" in err
     calls = [json.loads(x) for x in rec.read_text().splitlines()]
     assert len(calls) == 2  # one per report: utilization and heartbeat share the namespace
     for call in calls:
