@@ -31,6 +31,11 @@ Row = dict[str, Any]
 # the same name.
 TTL_ATTRIBUTE = "expires_at"
 
+# The newest non-suppressed alert per alert key (``pk`` = ALERT_LAST, ``sk`` = the key), and the
+# kv flag saying a table from before these items has been indexed.
+ALERT_LAST = "alert-last"
+ALERT_LAST_INDEXED = "alert-last-indexed"
+
 
 def _conditional_failed(exc: ClientError) -> bool:
     """True only when a write lost on its condition (someone else wrote first)."""
@@ -63,6 +68,7 @@ class DynamoState:
         self.snapshot_retention = snapshot_retention
         # The resource's client takes plain Python values, also in transactions.
         self.client = table.meta.client
+        self._alert_times_indexed = False
 
     def close(self) -> None:
         """Nothing to close; present for interface parity with the SQLite store."""
@@ -206,25 +212,34 @@ class DynamoState:
             "last_error": None,
             "priority": int(priority),
         }
-        try:
-            # The event and its id index land together, or neither does.
-            self.client.transact_write_items(
-                TransactItems=[
-                    {
-                        "Put": {
-                            "TableName": self.table.name,
-                            "Item": item,
-                            "ConditionExpression": "attribute_not_exists(pk)",
-                        }
-                    },
-                    {
-                        "Put": {
-                            "TableName": self.table.name,
-                            "Item": {"pk": "outbox-id", "sk": f"{row_id:012d}", "ref": dedupe_key},
-                        }
-                    },
-                ]
+        writes: list[dict[str, Any]] = [
+            {
+                "Put": {
+                    "TableName": self.table.name,
+                    "Item": item,
+                    "ConditionExpression": "attribute_not_exists(pk)",
+                }
+            },
+            {
+                "Put": {
+                    "TableName": self.table.name,
+                    "Item": {"pk": "outbox-id", "sk": f"{row_id:012d}", "ref": dedupe_key},
+                }
+            },
+        ]
+        if status != "suppressed":
+            # ``last_alert`` reads this one item instead of the whole outbox partition.
+            writes.append(
+                {
+                    "Put": {
+                        "TableName": self.table.name,
+                        "Item": {"pk": ALERT_LAST, "sk": alert_key, "at": iso(now)},
+                    }
+                }
             )
+        try:
+            # The event, its id index and the alert's last time land together, or none does.
+            self.client.transact_write_items(TransactItems=writes)
         except ClientError as exc:
             if _conditional_failed(exc):
                 return False
@@ -254,12 +269,26 @@ class DynamoState:
         return sorted((_plain(i) for i in self._query("outbox")), key=lambda r: r["id"])
 
     def last_alert(self, alert_key: str) -> datetime | None:
-        times = [
-            r["created_at"]
-            for r in self.outbox_rows()
-            if r["alert_key"] == alert_key and r["status"] != "suppressed"
-        ]
-        return parse_iso(max(times)) if times else None
+        """One GetItem per call. A table written before the ``alert-last`` items existed is
+        indexed once, from one read of the outbox, the first time it is asked."""
+        self._index_alert_times()
+        item = self.table.get_item(Key={"pk": ALERT_LAST, "sk": alert_key}).get("Item")
+        return parse_iso(str(item["at"])) if item else None
+
+    def _index_alert_times(self) -> None:
+        if self._alert_times_indexed:
+            return
+        if not self.get(ALERT_LAST_INDEXED):
+            latest: dict[str, str] = {}
+            for r in self.outbox_rows():
+                if r["status"] != "suppressed":
+                    key = r["alert_key"]
+                    latest[key] = max(latest.get(key, ""), r["created_at"])
+            with self.table.batch_writer() as batch:
+                for key, at in latest.items():
+                    batch.put_item(Item={"pk": ALERT_LAST, "sk": key, "at": at})
+            self.put(ALERT_LAST_INDEXED, True)
+        self._alert_times_indexed = True
 
     def due(self, now: datetime, limit: int = 100, *, horizon: datetime | None = None) -> list[Row]:
         """As ``State.due``: pending rows whose time has come or lies past ``horizon``,

@@ -219,3 +219,51 @@ def test_dynamodb_snapshots_carry_a_ttl_and_the_table_enforces_it(
             TableName="coreburst-state", Key={"pk": {"S": "mark"}, "sk": {"S": "i-1"}}
         )["Item"]
         assert TTL_ATTRIBUTE not in mark  # only snapshots expire
+
+
+def test_dynamodb_last_alert_reads_one_item_not_the_outbox(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """Each enqueue asks ``last_alert`` (the alert's cooldown). It used to read the whole
+    outbox partition, so 400 alerts cost 400 full reads (123 s on moto). Now one GetItem per
+    call, and a table written before the per-key items existed is indexed once."""
+    from guardrails.state_dynamo import ALERT_LAST, ALERT_LAST_INDEXED
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        ddb = boto3.resource("dynamodb", region_name="us-east-1")
+        table = create_table(ddb, "coreburst-state")
+        old = DynamoState(table)
+        for i in range(30):
+            old.enqueue(f"idle:i-{i}:mark", f"idle:i-{i}", {"text": "x"}, T0 + timedelta(seconds=i))
+        old.enqueue("idle:i-3:again", "idle:i-3", {"text": "x"}, T0 + timedelta(hours=1))
+        old.remember("idle:i-4:later", "idle:i-4", T0 + timedelta(hours=2))  # suppressed
+        # An older version's table: no per-key items, no indexed flag.
+        for i in range(30):
+            table.delete_item(Key={"pk": ALERT_LAST, "sk": f"idle:i-{i}"})
+        table.delete_item(Key={"pk": "kv", "sk": ALERT_LAST_INDEXED})
+
+        calls: list[str] = []
+        store = DynamoState(table)
+        store.client.meta.events.register(
+            "before-call.dynamodb", lambda model, **_: calls.append(model.name)
+        )
+        assert store.last_alert("idle:i-3") == T0 + timedelta(hours=1)
+        assert store.last_alert("idle:i-4") == T0 + timedelta(seconds=4)
+        assert store.last_alert("idle:i-99") is None
+        assert calls.count("Query") == 1  # the one-time index of the old outbox
+        calls.clear()
+        store.enqueue("idle:i-5:again", "idle:i-5", {"text": "x"}, T0 + timedelta(hours=3))
+        for i in range(30):
+            store.last_alert(f"idle:i-{i}")
+        assert "Query" not in calls and "Scan" not in calls
+        assert store.last_alert("idle:i-5") == T0 + timedelta(hours=3)
+        # A new handle (the next Lambda invocation) reads the flag and does not index again.
+        calls.clear()
+        again = DynamoState(table)
+        again.client.meta.events.register(
+            "before-call.dynamodb", lambda model, **_: calls.append(model.name)
+        )
+        assert again.last_alert("idle:i-3") == T0 + timedelta(hours=1)
+        assert "Query" not in calls
