@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml sandbox/pyproject.toml
 	touch $@
 
 ## Debian packages the tests use for real (root; no-op when present). See .ci/run.
-SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip slurmctld slurmd slurm-client munge
+SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip slurmctld slurmd slurm-client munge prometheus
 system-deps:
 	@missing=$$(for p in $(SYSTEM_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 		| grep -q '^install ok installed' || echo $$p; done); \
@@ -46,14 +46,15 @@ unit: setup
 integration: setup
 	$(BIN)/pytest -q -m integration tests/integration
 
-## Figures for one guardrail cycle at 100 / 1,000 / 5,000 instances (not a test; ~20 min).
+## Guardrail cycles at 1,000 / 5,000 / 10,000 instances: API calls, metrics requested, client CPU,
+## memory and CloudWatch $/day (not a test; SIZES=1000 for one size).
 bench: setup
-	$(BIN)/python benchmarks/guardrails_cycle.py --sizes $(or $(SIZES),100,1000,5000)
+	$(BIN)/python benchmarks/guardrails_cycle.py --sizes $(if $(SIZES),$(SIZES),1000,5000,10000)
 
 ## Submit -> running on a burst node on the local Slurm lab, and the resume program's wall time
 ## and EC2 calls at 64 / 500 nodes (needs root and Slurm; not a test).
 bench-burst: setup
-	$(BIN)/python benchmarks/burst_resume.py --sizes $(or $(SIZES),64,500)
+	$(BIN)/python benchmarks/burst_resume.py --sizes $(if $(SIZES),$(SIZES),64,500)
 
 ## The guardrail daemon for AWS Lambda (python3.11, x86_64) in build/lambda: this project's
 ## wheel installed with its guardrails extra (`pip install '.[guardrails]' --target`).

@@ -1,23 +1,30 @@
-"""One guardrail cycle at 100 / 1,000 / 5,000 instances against a local moto server process.
+"""Guardrail cycles at 1,000 / 5,000 / 10,000 instances against a local moto server process.
 
-Every node gets what a real fleet sends: one datapoint per GPU per minute for the whole idle
-window (85% of nodes busy, 10% idle, 5% sending nothing) and NetworkOut every 5 minutes.
-The daemon runs in its default series-discovery mode (ListMetrics, then GetMetricData).
+Every node sends what a real p5 sends under ``common.telemetry``: each minute, the per-instance
+rollup of its 8 GPUs' utilization (one statistic set: Maximum, Minimum, SampleCount 8) for the
+whole idle window (85% of nodes busy, 10% idle, 3% with one GPU silent, 2% sending nothing),
+and NetworkOut every 5 minutes. The per-GPU series (for ``explain`` only) are left out: the
+daemon never reads them. The daemon runs with its defaults: cycle every 60 s (spend, egress),
+idle read every ``idle.every`` (5 min) from the rollup.
 
-Printed per size:
-- API calls by operation in the first and in the next cycle (the next one reuses the
-  ListMetrics answer: ``idle.series_refresh``), checked against the targets: GetMetricData calls
-  <= ceil(series/500)+1 per metric, DescribeInstances pages <= ceil(N/1000) per region;
-- client CPU seconds (``time.process_time``) of the first cycle (cold: it also loads botocore
-  service models and builds clients) and of the next one (warm: every later cycle), checked
-  against <= 1 s per 1,000 instances for the warm cycle;
-- peak Python memory of a third cycle (tracemalloc slows code, so it is off while CPU is
-  measured), wall time, and the emulator's own CPU for the warm cycle, separately.
+Three cycles are measured:
+- cold: the first (loads botocore models, builds clients, reads the whole idle window);
+- between: one minute later, idle not due (what 4 of every 5 cycles cost);
+- warm: ``idle.every`` after the cold one, idle due, reading only the periods since the last
+  read (every later idle cycle); its client CPU is checked against <= 0.25 s per 1,000
+  instances and its GetMetricData calls for utilization against ceil(3 x instances / 500) + 1.
+
+Printed per size: API calls by operation, metrics requested (GetMetricData queries: what it
+bills), client CPU (``time.process_time``), peak traced Python memory of a fourth cycle
+(tracemalloc slows code, so it is off while CPU is measured), wall time, the emulator's CPU,
+and the CloudWatch API dollars per day at the default cadence from the catalog's price
+(``cloudwatch`` in common/data/catalog.yaml, with its date and source), checked against <= $10
+per 1,000 instances per day.
 
 moto's CloudWatch scans every stored datapoint per query and per period; the server is
 started through ``benchmarks/indexed_moto.py``, which answers the same queries from an index.
 
-$ python benchmarks/guardrails_cycle.py --sizes 100,1000,5000
+$ python benchmarks/guardrails_cycle.py --sizes 1000,5000,10000
 $ python benchmarks/guardrails_cycle.py --sizes 1000 --profile /tmp/cycle.prof
 """
 
@@ -33,6 +40,7 @@ import tempfile
 import time
 import tracemalloc
 import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -40,6 +48,7 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
+from common.catalog import load_catalog
 from common.telemetry import UTILIZATION_METRICS
 from guardrails.aws import Aws
 from guardrails.cli import configure_logging
@@ -51,11 +60,14 @@ from sandbox.emulator import MotoProcess, fake_session, launch
 
 WINDOW_MIN = 30
 GPU = UTILIZATION_METRICS["nvidia"]
+GPUS = 8
+IDLE_EVERY_MIN = 5  # the default idle.every
+SEEDED_AFTER_MIN = 2 * IDLE_EVERY_MIN + 2  # data published past "now" for the later cycles
 
 
 def _put_metric_data(url: str, namespace: str, data: list[dict[str, Any]]) -> None:
-    """PutMetricData straight onto the emulator's JSON endpoint: seeding 1.4 M datapoints
-    through botocore would take minutes and is not what is being measured."""
+    """PutMetricData straight onto the emulator's JSON endpoint: seeding hundreds of thousands
+    of datapoints through botocore would take minutes and is not what is being measured."""
     req = urllib.request.Request(
         url,
         data=json.dumps({"Namespace": namespace, "MetricData": data}).encode(),
@@ -71,7 +83,11 @@ def _put_metric_data(url: str, namespace: str, data: list[dict[str, Any]]) -> No
 
 
 def _profile(i: int) -> str:
-    return "missing" if i % 20 == 19 else "idle" if i % 10 == 3 else "busy"
+    if i % 50 == 49:
+        return "missing"
+    if i % 50 == 24:
+        return "one-silent"  # 7 of 8 GPUs report: blind, never idle
+    return "idle" if i % 10 == 3 else "busy"
 
 
 def _datapoints(
@@ -82,23 +98,28 @@ def _datapoints(
         prof = _profile(i)
         if prof == "missing":
             continue
+        gpus = GPUS - 1 if prof == "one-silent" else GPUS
         for m in range(minutes):
             ts = t0 + 60 * m
-            for dev in range(8):
-                v = 1.0 + m % 3 if prof == "idle" else 40.0 + (dev * 7 + m) % 50
-                yield (
-                    GPU.namespace,
-                    {
-                        "MetricName": GPU.metric_name,
-                        "Dimensions": [
-                            {"Name": "InstanceId", "Value": iid},
-                            {"Name": GPU.device_dimension, "Value": str(dev)},
-                        ],
-                        "Timestamp": ts,
-                        "Value": v,
-                        "Unit": "Percent",
+            if prof == "idle":
+                vals = [1.0 + (m + dev) % 3 for dev in range(gpus)]
+            else:
+                vals = [40.0 + (dev * 7 + m) % 50 for dev in range(gpus)]
+            yield (
+                GPU.namespace,
+                {
+                    "MetricName": GPU.metric_name,
+                    "Dimensions": [{"Name": "InstanceId", "Value": iid}],
+                    "Timestamp": ts,
+                    "StatisticValues": {
+                        "SampleCount": float(gpus),
+                        "Sum": sum(vals),
+                        "Minimum": min(vals),
+                        "Maximum": max(vals),
                     },
-                )
+                    "Unit": "Percent",
+                },
+            )
             if m % 5 == 0:
                 yield (
                     "AWS/EC2",
@@ -128,6 +149,35 @@ def seed(moto: MotoProcess, ids: list[str], start: datetime, minutes: int) -> in
     return n
 
 
+class MetricsRequested:
+    """Counts GetMetricData queries (each one metric requested, as billed) and calls, per
+    namespace of the call's queries, through botocore's ``provide-client-params`` event (before
+    ``guardrails.fastpath`` takes the queries out of the parameters)."""
+
+    def __init__(self) -> None:
+        self.metrics: Counter[str] = Counter()
+        self.calls: Counter[str] = Counter()
+
+    def attach(self, client: Any) -> None:
+        client.meta.events.register_first(
+            "provide-client-params.cloudwatch.GetMetricData", self._count
+        )
+
+    def _count(self, params: dict[str, Any], **_: Any) -> None:
+        qs = params.get("MetricDataQueries") or []
+        for ns in {q["MetricStat"]["Metric"]["Namespace"] for q in qs}:
+            self.calls[ns] += 1
+        for q in qs:
+            self.metrics[q["MetricStat"]["Metric"]["Namespace"]] += 1
+
+    def snapshot(self) -> tuple[dict[str, int], dict[str, int]]:
+        return dict(self.metrics), dict(self.calls)
+
+
+def _diff(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {k: v - before.get(k, 0) for k, v in after.items() if v - before.get(k, 0)}
+
+
 def _cpu(proc: psutil.Process) -> float:
     t = proc.cpu_times()
     return float(t.user + t.system)
@@ -143,7 +193,7 @@ def run_size(moto: MotoProcess, n: int, profile: Path | None = None) -> dict[str
 regions: [us-east-1]
 dry_run: true
 aws: {{endpoint_url: "{moto.url}", max_attempts: 2, read_timeout_s: 600}}
-idle: {{window: {WINDOW_MIN}m}}
+idle: {{window: {WINDOW_MIN}m, every: {IDLE_EVERY_MIN}m}}
 spend: {{cost_explorer: true, spot_price: live}}
 egress: {{enabled: true, include_nat: true}}
 state: {{path: "{tmp}/s.db", audit_log: "{tmp}/a.jsonl"}}
@@ -154,6 +204,8 @@ metrics_endpoint: {{enabled: false}}
         t = time.perf_counter()
         aws = Aws(cfg.aws, session=fake_session())
         ec2 = aws.client("ec2", "us-east-1")
+        requested = MetricsRequested()
+        requested.attach(aws.client("cloudwatch", "us-east-1"))
         ids: list[str] = []
         for base in range(0, n, 1000):
             k = min(1000, n - base)
@@ -161,72 +213,104 @@ metrics_endpoint: {{enabled: false}}
             ids += launch(ec2, "p5.48xlarge", {"team": "ml"}, count=k - spot)
             if spot:
                 ids += launch(ec2, "p5.48xlarge", {"team": "research"}, count=spot, spot=True)
-        # data from before the window up to the third cycle
-        points = seed(moto, ids, now - timedelta(minutes=WINDOW_MIN + 5), WINDOW_MIN + 8)
+        # data from before the window up to the last measured cycle
+        points = seed(
+            moto,
+            ids,
+            now - timedelta(minutes=WINDOW_MIN + 5),
+            WINDOW_MIN + 5 + SEEDED_AFTER_MIN,
+        )
         setup_s = time.perf_counter() - t
         state = State(cfg.state.path)
         clock = FakeClock(now)
         d = Daemon(cfg, aws, state, clock=clock)
 
-        def cycle() -> tuple[Any, dict[str, int], float, float, float, float]:
+        def cycle(prof: cProfile.Profile | None = None) -> dict[str, Any]:
             before = dict(aws.counter.calls)
+            m0, c0 = requested.snapshot()
             e0 = _cpu(emulator)
-            t0, c0, w0 = os.times(), time.process_time(), time.perf_counter()
+            t0, p0, w0 = os.times(), time.process_time(), time.perf_counter()
+            if prof:
+                prof.enable()
             report = d.run_cycle()
-            cpu, wall = time.process_time() - c0, time.perf_counter() - w0
+            if prof:
+                prof.disable()
+            cpu, wall = time.process_time() - p0, time.perf_counter() - w0
             sys_cpu = os.times().system - t0.system  # socket reads and writes, in the kernel
-            calls = {k: v - before.get(k, 0) for k, v in aws.counter.calls.items()}
-            clock.advance(timedelta(minutes=1))
-            emu = _cpu(emulator) - e0
-            return report, {k: v for k, v in calls.items() if v}, cpu, sys_cpu, wall, emu
+            m1, c1 = requested.snapshot()
+            return {
+                "report": report,
+                "calls": _diff(dict(aws.counter.calls), before),
+                "metrics": _diff(m1, m0),
+                "gmd_calls": _diff(c1, c0),
+                "cpu_s": cpu,
+                "sys_cpu_s": sys_cpu,
+                "wall_s": wall,
+                "emulator_cpu_s": _cpu(emulator) - e0,
+            }
 
-        _, cold_calls, cold_cpu, _, cold_wall, _ = cycle()
-        prof = cProfile.Profile() if profile else None
+        cold = cycle()
+        clock.advance(timedelta(minutes=1))
+        between = cycle()
+        clock.set(now + timedelta(minutes=IDLE_EVERY_MIN))
+        prof = cProfile.Profile(time.process_time) if profile else None
+        warm = cycle(prof)
         if prof:
-            prof.enable()
-        report, calls, cpu, sys_cpu, wall, emu_cpu = cycle()
-        if prof:
-            prof.disable()
             prof.dump_stats(str(profile))
+        clock.set(now + timedelta(minutes=2 * IDLE_EVERY_MIN))
         tracemalloc.start()
         d.run_cycle()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         d.close()
         state.close()
-    series = sum(1 for i in range(n) if _profile(i) != "missing") * 8
-    # the worse of the two cycles
-    di = max(c.get("DescribeInstances", 0) for c in (calls, cold_calls))
-    gmd = max(c.get("GetMetricData", 0) for c in (calls, cold_calls))
-    gmd_limit = (math.ceil(series / 500) + 1) + (math.ceil(n / 500) + 1)
-    per_k = cpu * 1000 / n
+    cat = load_catalog()
+    assert cat.cloudwatch is not None, "common/data/catalog.yaml has no cloudwatch prices"
+    price = cat.cloudwatch.get_metric_data_usd_per_1000_metrics
+    req_price = cat.cloudwatch.api_usd_per_1000_requests
+    idle_ns = {m.namespace for m in cfg.idle.metrics.values()}
+    per_day_cycles = 86_400 / cfg.interval.total_seconds()
+    per_day_idle = 86_400 / cfg.idle.every.total_seconds()
+    idle_metrics = sum(v for k, v in warm["metrics"].items() if k in idle_ns)
+    other_metrics = sum(v for k, v in between["metrics"].items() if k not in idle_ns)
+    # CloudWatch requests billed per request (ListMetrics etc.), per cycle
+    other_requests = sum(
+        v for k, v in between["calls"].items() if k in ("ListMetrics", "GetMetricStatistics")
+    )
+    usd_idle = idle_metrics * per_day_idle * price.value / 1000
+    usd_other = other_metrics * per_day_cycles * price.value / 1000
+    usd_req = other_requests * per_day_cycles * req_price.value / 1000
+    usd_day = usd_idle + usd_other + usd_req
+    idle_calls = sum(v for k, v in warm["gmd_calls"].items() if k in idle_ns)
+    idle_calls_cold = sum(v for k, v in cold["gmd_calls"].items() if k in idle_ns)
+    gmd_limit = math.ceil(3 * n / 500) + 1
+    di = max(c["calls"].get("DescribeInstances", 0) for c in (cold, between, warm))
+    per_k = warm["cpu_s"] * 1000 / n
+    per_k_usd = usd_day * 1000 / n
     return {
         "n": n,
         "datapoints": points,
         "setup_s": setup_s,
-        "states": dict(report.states),
-        "calls": calls,
-        "cold_calls": cold_calls,
-        "cold_cpu_s": cold_cpu,
-        "sys_cpu_s": sys_cpu,
-        "cold_wall_s": cold_wall,
-        "cpu_s": cpu,
-        "wall_s": wall,
-        "emulator_cpu_s": emu_cpu,
+        "states": dict(warm["report"].states),
+        "cycles": {"cold": cold, "between": between, "warm": warm},
         "peak_mib": peak / 2**20,
+        "usd": (usd_idle, usd_other, usd_req, usd_day),
+        "metrics_day": (idle_metrics * per_day_idle, other_metrics * per_day_cycles),
+        "price": price,
         "checks": {
-            f"GetMetricData {gmd} <= {gmd_limit} ({series} GPU series, {n} NetworkOut series)": (
-                gmd <= gmd_limit
-            ),
+            f"GetMetricData calls for utilization {idle_calls} (cold {idle_calls_cold}) <= "
+            f"ceil(3 x {n} / 500) + 1 = {gmd_limit}": max(idle_calls, idle_calls_cold) <= gmd_limit,
             f"DescribeInstances {di} <= {math.ceil(n / 1000)}": di <= math.ceil(n / 1000),
-            f"client CPU {per_k:.2f} s per 1,000 instances <= 1.00 s": per_k <= 1.0,
+            f"client CPU (warm) {per_k:.3f} s per 1,000 instances <= 0.25 s": per_k <= 0.25,
+            f"CloudWatch API ${per_k_usd:.2f} per 1,000 instances per day <= $10.00": per_k_usd
+            <= 10.0,
         },
     }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
-    ap.add_argument("--sizes", default="100,1000,5000", help="comma-separated fleet sizes")
+    ap.add_argument("--sizes", default="1000,5000,10000", help="comma-separated fleet sizes")
     ap.add_argument("--profile", type=Path, help="write a cProfile of the warm cycle here")
     args = ap.parse_args()
     try:
@@ -245,20 +329,28 @@ def main() -> int:
         for n in sizes:
             r = run_size(moto, n, args.profile)
             print(f"\n== {n} instances ({r['datapoints']:,} datapoints, setup {r['setup_s']:.0f}s)")
-            print(f"  states: {r['states']}")
-            for label, calls in (("cold", r["cold_calls"]), ("warm", r["calls"])):
+            print(f"  states (warm): {r['states']}")
+            for label, c in r["cycles"].items():
                 print(
-                    f"  API calls ({label}): "
-                    + ", ".join(f"{k}={v}" for k, v in sorted(calls.items()))
+                    f"  {label:7} API calls: "
+                    + ", ".join(f"{k}={v}" for k, v in sorted(c["calls"].items()))
+                    + "; metrics requested: "
+                    + (", ".join(f"{k}={v}" for k, v in sorted(c["metrics"].items())) or "0")
                 )
+                print(
+                    f"  {label:7} client CPU {c['cpu_s']:.3f}s (kernel {c['sys_cpu_s']:.3f}s), "
+                    f"wall {c['wall_s']:.2f}s, emulator CPU {c['emulator_cpu_s']:.2f}s"
+                )
+            print(f"  peak traced memory (idle cycle): {r['peak_mib']:.1f} MiB")
+            usd_idle, usd_other, usd_req, usd_day = r["usd"]
+            m_idle, m_other = r["metrics_day"]
+            p = r["price"]
             print(
-                f"  client CPU: cold cycle {r['cold_cpu_s']:.3f}s, warm cycle {r['cpu_s']:.3f}s"
-                f" (of which kernel {r['sys_cpu_s']:.3f}s)"
-                f"   peak traced memory {r['peak_mib']:.1f} MiB"
-            )
-            print(
-                f"  wall: cold {r['cold_wall_s']:.2f}s, warm {r['wall_s']:.2f}s"
-                f"   emulator CPU (warm cycle) {r['emulator_cpu_s']:.2f}s"
+                f"  CloudWatch API per day at the default cadence: ${usd_day:,.2f} "
+                f"(idle {m_idle:,.0f} metrics ${usd_idle:,.2f}; egress and others "
+                f"{m_other:,.0f} metrics ${usd_other:,.2f}; other requests ${usd_req:,.2f}) at "
+                f"${p.value} per 1,000 metrics requested ({p.source}, {p.as_of}"
+                f"{', unverified' if p.unverified else ''})"
             )
             for name, ok in r["checks"].items():
                 missed += not ok

@@ -24,15 +24,26 @@ from moto.cloudwatch.exceptions import ValidationError
 _stock_get_metric_data = models.CloudWatchBackend.get_metric_data
 
 Key = tuple[str, tuple[tuple[str, str], ...]]  # metric name, sorted dimensions
+SeriesKey = tuple[str, str, tuple[tuple[str, str], ...]]  # namespace, name, sorted dimensions
 
 
 def _key(name: str, dims: Any) -> Key:
     return name, tuple(sorted((d.name, d.value) for d in dims))
 
 
-def _index(backend: Any) -> dict[Key, tuple[list[datetime], list[Any]]]:
-    """Series key -> (sorted timestamps, datapoints), extended as datapoints arrive."""
-    idx: dict[Key, tuple[list[datetime], list[Any]]] = backend.__dict__.setdefault("_cb_idx", {})
+def _series_key(namespace: str, name: str, dims: Any) -> SeriesKey:
+    """A series is its namespace, name and exact dimension set (as in CloudWatch): values of
+    one series in one period are aggregated together, values of two never are."""
+    return namespace, name, tuple(sorted((d.name, d.value) for d in dims))
+
+
+def _index(backend: Any) -> dict[SeriesKey, tuple[list[datetime], list[Any]]]:
+    """Series key -> (sorted timestamps, datapoints), extended as datapoints arrive. Several
+    datapoints of one series in one period (an agent's rollup, a statistic set) all stay
+    here; ``get_metric_data`` hands them to moto's ``Statistics`` together."""
+    idx: dict[SeriesKey, tuple[list[datetime], list[Any]]] = backend.__dict__.setdefault(
+        "_cb_idx", {}
+    )
     data = backend.get_all_metrics()
     done = backend.__dict__.get("_cb_done", 0)
     if len(data) < done:  # cannot shrink in moto; rebuild if it ever does
@@ -40,7 +51,7 @@ def _index(backend: Any) -> dict[Key, tuple[list[datetime], list[Any]]]:
         done = 0
     touched = set()
     for md in data[done:]:
-        k = _key(md.name, md.dimensions)
+        k = _series_key(md.namespace, md.name, md.dimensions)
         ts, pts = idx.setdefault(k, ([], []))
         ts.append(md.timestamp)
         pts.append(md)
@@ -72,7 +83,7 @@ def get_metric_data(
         ms = q["MetricStat"]
         name, stat, unit = ms["Metric"]["MetricName"], ms["Stat"], ms.get("Unit")
         dims = [models.Dimension(d["Name"], d["Value"]) for d in ms["Metric"].get("Dimensions", [])]
-        ts, pts = idx.get(_key(name, dims), ([], []))
+        ts, pts = idx.get(_series_key(ms["Metric"]["Namespace"], name, dims), ([], []))
         delta = timedelta(seconds=int(ms["Period"]))
         values: list[Any] = []
         stamps: list[datetime] = []

@@ -12,7 +12,8 @@ The stack's clusters (instance type, node count, capacity model) say what may bu
 from __future__ import annotations
 
 import re
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -74,20 +75,67 @@ class CapacityBlockWindow(_Model):
 class SpendGate(_Model):
     """Before the resume program launches, the projected cost (nodes x $/h x each job's time
     limit) must fit what the guardrails' spend scope has left today and this month. Over it,
-    nothing launches and the nodes are drained until the scope has room again.
+    nothing launches and the nodes are held until the scope has room again (the guardrails
+    daemon's burst-reconcile rule lifts the hold).
 
-    The spend comes from the guardrails daemon's state (its latest snapshot for ``scope``);
-    the limits are those of the same scope in guardrails.yaml (``spend.scopes``)."""
+    Everything about the scope comes from the guardrails daemon's own config, the one source:
+    which scope (``burst_reconcile.spend_scope``), its limits (``spend.scopes``), where its
+    spend snapshots are (``state.path``) and how old one may be
+    (``burst_reconcile.spend_snapshot_max_age``). See :func:`gate_limits`."""
 
-    # The guardrails daemon's SQLite state (``state.path`` in guardrails.yaml), read only.
-    state_path: Path
-    scope: str = "account"
-    daily_limit_usd: float | None = Field(default=None, gt=0)
-    monthly_limit_usd: float | None = Field(default=None, gt=0)
+    # The guardrails daemon's guardrails.yaml (read only; COREBURST_* overrides apply).
+    guardrails_config: Path
     # Hours assumed for a node resumed without a job (``scontrol update state=power_up``).
     default_hours: float = Field(default=1.0, gt=0)
-    # An older snapshot means the daemon is not measuring: launch nothing (fail closed).
-    max_snapshot_age_s: int = Field(default=3600, ge=60)
+
+
+@dataclass(frozen=True)
+class GateLimits:
+    """What the spend gate checks against, as the guardrails config says."""
+
+    scope: str
+    daily_limit_usd: float | None
+    monthly_limit_usd: float | None
+    state_path: Path
+    max_snapshot_age: timedelta
+
+
+def gate_limits(gate: SpendGate) -> GateLimits:
+    """The gate's scope, limits and state from ``gate.guardrails_config``; raises
+    StackConfigError (one line) when the file is unusable or names no usable scope."""
+    from guardrails.config import ConfigError, load_config  # only when a gate is configured
+
+    where = f"{BURST_KEY}.spendGate"
+    path = gate.guardrails_config
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        raise StackConfigError(f"{where}.guardrailsConfig: {exc}") from None
+    name = cfg.burst_reconcile.spend_scope
+    names = [s.name for s in cfg.spend.scopes]
+    if name is None:
+        raise StackConfigError(
+            f"{where}: {path} sets burst_reconcile.spend_scope to null; name the spend scope "
+            f"the gate counts against ({', '.join(names) or 'none defined'})"
+        )
+    scope = next((s for s in cfg.spend.scopes if s.name == name), None)
+    if scope is None:
+        raise StackConfigError(
+            f"{where}: spend scope {name!r} (burst_reconcile.spend_scope in {path}) is not in "
+            f"its spend.scopes ({', '.join(names) or 'none'}); add it there or name one of those"
+        )
+    if scope.daily_limit_usd is None and scope.monthly_limit_usd is None:
+        raise StackConfigError(
+            f"{where}: spend scope {name!r} in {path} has no daily_limit_usd or "
+            "monthly_limit_usd; set one, or remove spendGate"
+        )
+    return GateLimits(
+        name,
+        scope.daily_limit_usd,
+        scope.monthly_limit_usd,
+        cfg.state.path,
+        cfg.burst_reconcile.spend_snapshot_max_age,
+    )
 
 
 class BurstSettings(_Model):

@@ -13,10 +13,12 @@ live instance (found by its tag) gets no second one.
   after ResumeTimeout.
 * **spend gate** (``coreburst:burst.spendGate``): before launching, the projected cost (nodes x
   $/h x each job's time limit) is checked against what the guardrails' spend scope has left
-  today and this month. Over it (or with no fresh spend snapshot), nothing launches; the nodes
-  go into a maintenance reservation ``coreburst-spend-...`` (so Slurm stops asking for them)
-  and are set DOWN (the jobs requeue now) and powered down. :meth:`Power.release_spend_holds`
-  deletes those reservations once the scope has room again; the next resume checks again.
+  today and this month (scope, limits and state from the guardrails config:
+  :func:`burst.config.gate_limits`). Over it (or with no fresh spend snapshot), nothing
+  launches; the nodes go into a maintenance reservation ``coreburst-spend-...`` (so Slurm
+  stops asking for them) and are set DOWN (the jobs requeue now) and powered down. The
+  guardrails daemon's burst-reconcile rule deletes those reservations once the scope has room
+  again (under its lease, kill switch and audit); the next resume checks again.
 * **suspend** terminates the nodes' tagged instances.
 * **resume-fail** (a node did not register within ResumeTimeout) terminates them too.
 
@@ -41,11 +43,14 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from burst.config import BurstStack, SpendGate
+from burst.config import BurstStack, GateLimits, gate_limits
+from burst.cost import slurm_hours
 from burst.hostlist import HostlistError, compress, expand
 from burst.slurmconf import NodeSet, node_set_of
 from common.catalog import CatalogError, load_catalog
 from common.pricing import instance_rate
+from guardrails.slurm import SPEND_HOLD_PREFIX, spend_left
+from infra.config import StackConfigError
 
 if TYPE_CHECKING:
     from guardrails.store import StateStore
@@ -65,10 +70,10 @@ LIVE_STATES = ("pending", "running")
 HELD_STATES = ("pending", "running", "stopping", "stopped")
 FAIL_REASON = "Failure when resuming nodes"
 # The reason on nodes the spend gate holds, and the prefix of its reservations (the only ones
-# release_spend_holds deletes). A reservation, not drain: slurmctld 22.05 clears DRAIN when the
+# the burst-reconcile rule deletes). A reservation, not drain: slurmctld 22.05 clears DRAIN when the
 # forced power-down completes (measured in tests/integration/burst/test_spend_gate.py).
 SPEND_HOLD_REASON = "coreburst: spend gate"
-SPEND_HOLD_RESERVATION = "coreburst-spend-"
+SPEND_HOLD_RESERVATION = SPEND_HOLD_PREFIX
 # The reason on nodes resume refused because the reconciler (guardrails burst-reconcile) has
 # not written its heartbeat lately (coreburst:burst.reconcilerHeartbeat).
 HEARTBEAT_REASON = "coreburst: reconciler heartbeat stale"
@@ -200,34 +205,6 @@ def launch_groups(names: list[str], jobs: list[tuple[str, list[str]]]) -> list[L
     if rest:
         groups.append(LaunchGroup("best-effort", rest, all_or_nothing=False))
     return groups
-
-
-def slurm_hours(value: str) -> float | None:
-    """Hours in a Slurm time limit (sbatch(1) --time: "minutes", "minutes:seconds",
-    "hours:minutes:seconds", "days-hours", "days-hours:minutes", "days-hours:minutes:seconds");
-    None for no limit (UNLIMITED, INFINITE, Partition_Limit) or an unreadable value.
-
-    >>> slurm_hours("7-00:00:00"), slurm_hours("90"), slurm_hours("01:30:00")
-    (168.0, 1.5, 1.5)
-    """
-    v = value.strip()
-    try:
-        if "-" in v:
-            days_s, rest = v.split("-", 1)
-            hms = [int(x) for x in rest.split(":")] + [0, 0]
-            if len(hms) > 5:
-                return None
-            return int(days_s) * 24 + hms[0] + hms[1] / 60 + hms[2] / 3600
-        parts = [int(x) for x in v.split(":")]
-    except ValueError:
-        return None
-    if len(parts) == 1:
-        return parts[0] / 60
-    if len(parts) == 2:
-        return parts[0] / 60 + parts[1] / 3600
-    if len(parts) == 3:
-        return parts[0] + parts[1] / 60 + parts[2] / 3600
-    return None
 
 
 def open_spend_state(path: Path) -> StateStore:
@@ -532,26 +509,23 @@ class Power:
         hours = slurm_hours(m.group(1)) if m else None
         return fallback if hours is None else hours
 
-    def _left(self, gate: SpendGate) -> dict[str, float] | str:
+    def _left(self, limits: GateLimits) -> dict[str, float] | str:
         """USD the scope has left per period, or why that cannot be known (fail closed)."""
         try:
             if self.spend is None:
-                self.spend = open_spend_state(gate.state_path)
-            row = self.spend.last_spend(gate.scope)
+                self.spend = open_spend_state(limits.state_path)
+            row = self.spend.last_spend(limits.scope)
         except Exception as exc:  # any store failure holds, it never launches blind
             log.error("spend gate: cannot read the guardrails state: %s", exc)
             return f"guardrails spend state unreadable ({type(exc).__name__})"
-        if row is None:
-            return f"no spend snapshot for scope {gate.scope}"
-        age = (self.now() - datetime.fromisoformat(str(row["ts"]))).total_seconds()
-        if age > gate.max_snapshot_age_s:
-            return f"spend snapshot for {gate.scope} is {age / 60:.0f} min old"
-        left: dict[str, float] = {}
-        if gate.daily_limit_usd is not None:
-            left["today"] = gate.daily_limit_usd - float(row["today"])
-        if gate.monthly_limit_usd is not None:
-            left["this month"] = gate.monthly_limit_usd - float(row["mtd"])
-        return left
+        return spend_left(
+            limits.daily_limit_usd,
+            limits.monthly_limit_usd,
+            row,
+            now=self.now(),
+            max_age=limits.max_snapshot_age,
+            scope=limits.scope,
+        )
 
     def spend_check(
         self, names: list[str], jobs: list[tuple[str, list[str]]]
@@ -577,13 +551,18 @@ class Power:
             except CatalogError as exc:
                 return cost, f"no price for {ns.instance_type} {ns.market} ({exc})"
             cost += rate * hours.get(n, gate.default_hours)
-        left = self._left(gate)
+        try:
+            limits = gate_limits(gate)
+        except StackConfigError as exc:  # a broken gate holds: it never launches unchecked
+            log.error("spend gate: %s", exc)
+            return cost, str(exc)
+        left = self._left(limits)
         if isinstance(left, str):
             return cost, left
         for period, usd in left.items():
             if cost > usd:
                 return cost, (
-                    f"${cost:,.0f} projected > ${max(usd, 0):,.0f} left {period} ({gate.scope})"
+                    f"${cost:,.0f} projected > ${max(usd, 0):,.0f} left {period} ({limits.scope})"
                 )
         return cost, None
 
@@ -616,44 +595,6 @@ class Power:
             reason=why,
             reservation=resv,
         )
-
-    def release_spend_holds(self) -> list[str]:
-        """Delete each of the gate's reservations whose projected cost now fits what the scope
-        has left (cheapest first, each counted against the rest) and return their nodes; the
-        next resume checks the jobs' cost again. For a periodic caller (the reconciler); a
-        no-op without a gate or a hold."""
-        gate = self.stack.settings.spend_gate
-        if gate is None:
-            return []
-        out = self.slurm.scontrol("-o", "show", "reservation")
-        holds: list[tuple[float, str, list[str]]] = []
-        prefix = re.escape(SPEND_HOLD_RESERVATION)
-        for line in out.splitlines():
-            m = re.match(rf"ReservationName=({prefix}(?:(\d+)usd-)?\S*)", line)
-            on = re.search(r"\bNodes=(\S+)", line)
-            if m and on:
-                holds.append((float(m.group(2) or 0), m.group(1), expand(on.group(1))))
-        if not holds:
-            return []
-        left = self._left(gate)
-        if isinstance(left, str):
-            log.info("spend gate keeps its holds: %s", left)
-            return []
-        room = min(left.values(), default=math.inf)
-        released: list[str] = []
-        for cost, name, nodes in sorted(holds):
-            if room <= 0 or cost > room:
-                log.info("spend gate keeps %s: $%.0f > $%.0f left", name, cost, max(room, 0))
-                continue
-            self.slurm.scontrol("delete", f"ReservationName={name}")
-            released.extend(nodes)
-            room -= cost
-        if not released:
-            return []
-        hl = compress(released)
-        log.info("spend gate releases %s: %s", hl, left)
-        self.audit("spend.released", nodes=hl, left_usd={k: round(v, 2) for k, v in left.items()})
-        return released
 
     def resume(self, hostlist: str, resume_file: str | None) -> ResumeResult:
         names = parse_nodes(hostlist, self.nodes_of)

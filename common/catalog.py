@@ -160,6 +160,17 @@ class NatGateway(_Strict):
     usd_per_gb: Figure
 
 
+class CloudWatchPrices(_Strict):
+    """What the guardrails' own CloudWatch use costs (their reads are a bill too)."""
+
+    # GetMetricData bills each metric requested (each MetricDataQuery in a call).
+    get_metric_data_usd_per_1000_metrics: Figure
+    # ListMetrics, PutMetricData and the other API requests, per 1,000 requests.
+    api_usd_per_1000_requests: Figure
+    # Each custom metric (name + dimension set) published, per month.
+    custom_metric_usd_per_month: Figure
+
+
 class Catalog(_Strict):
     schema_: int = Field(alias="schema")
     currency: Literal["USD"]
@@ -179,6 +190,7 @@ class Catalog(_Strict):
     public_ipv4_usd_per_hour: Figure | None = None
     transit_gateway_attachment_usd_per_hour: Figure | None = None
     secrets_manager_secret_usd_per_month: Figure | None = None
+    cloudwatch: CloudWatchPrices | None = None
 
     # -- lookups --------------------------------------------------------------------------
     def instance(self, instance_type: str) -> InstanceType:

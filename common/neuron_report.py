@@ -16,6 +16,15 @@ datapoint for *every* logical NeuronCore of the node (0 % where no application h
 a heartbeat (value 1): an idle node reads as idle, and a node whose publisher or neuron-monitor
 died stops its heartbeat and reads as blind.
 
+Next to the per-core series it publishes the per-instance rollup the guardrails decide from:
+one statistic set (PutMetricData ``StatisticValues``: SampleCount, Sum, Minimum, Maximum;
+CloudWatch API Reference, "StatisticSet") over every core's value, under the instance id
+alone. CloudWatch aggregates it with any other value of that dimension set in the period, so
+the daemon reads Maximum (busiest core), Minimum (idlest) and SampleCount (cores that reported)
+with one metric per instance instead of one per core. With ``--interval`` the publisher keeps
+each core's highest value across neuron-monitor's reports and publishes once per interval (a
+busy moment between two publishes is never lost).
+
     >>> r = {"neuron_runtime_data": [], "neuron_hardware_info":
     ...      {"neuron_device_count": 16, "neuroncore_per_device_count": 8}}
     >>> core_utilization(r, lnc=2) == {str(i): 0.0 for i in range(64)}
@@ -29,6 +38,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from typing import Any
 
@@ -85,10 +95,28 @@ def datapoints(
     device_dimension: str,
     heartbeat_metric: str,
 ) -> list[dict[str, Any]]:
-    """PutMetricData ``MetricData`` for one report: one utilization datum per logical core
-    (dimensions InstanceId + ``device_dimension``), then the heartbeat (InstanceId only)."""
+    """PutMetricData ``MetricData`` for one report (``datapoints_for`` its core values)."""
+    return datapoints_for(
+        core_utilization(report, lnc),
+        instance_id=instance_id,
+        metric=metric,
+        device_dimension=device_dimension,
+        heartbeat_metric=heartbeat_metric,
+    )
+
+
+def datapoints_for(
+    util: dict[str, float],
+    *,
+    instance_id: str,
+    metric: str,
+    device_dimension: str,
+    heartbeat_metric: str,
+) -> list[dict[str, Any]]:
+    """One utilization datum per logical core (dimensions InstanceId + ``device_dimension``),
+    then the rollup statistic set over all of them (InstanceId only), then the heartbeat
+    (InstanceId only), always last."""
     iid = {"Name": "InstanceId", "Value": instance_id}
-    util = core_utilization(report, lnc)
     data: list[dict[str, Any]] = [
         {
             "MetricName": metric,
@@ -98,10 +126,33 @@ def datapoints(
         }
         for core in sorted(util, key=lambda c: (not c.isdigit(), int(c) if c.isdigit() else c))
     ]
+    values = list(util.values())
+    if values:
+        data.append(
+            {
+                "MetricName": metric,
+                "Unit": "Percent",
+                "StatisticValues": {
+                    "SampleCount": float(len(values)),
+                    "Sum": float(sum(values)),
+                    "Minimum": float(min(values)),
+                    "Maximum": float(max(values)),
+                },
+                "Dimensions": [iid],
+            }
+        )
     data.append(
         {"MetricName": heartbeat_metric, "Unit": "Count", "Value": 1.0, "Dimensions": [iid]}
     )
     return data
+
+
+def merge_peak(into: dict[str, float], util: dict[str, float]) -> dict[str, float]:
+    """Each core's highest value across reports (so a busy report between two publishes
+    counts): ``into`` updated in place and returned."""
+    for core, v in util.items():
+        into[core] = max(into.get(core, v), v)
+    return into
 
 
 def _instance_id(report: dict[str, Any]) -> str:
@@ -120,6 +171,18 @@ def _instance_id(report: dict[str, Any]) -> str:
     return str(urllib.request.urlopen(req, timeout=2).read().decode())
 
 
+def _publish(a: argparse.Namespace, data: list[dict[str, Any]]) -> None:
+    util, beat = data[:-1], data[-1:]
+    groups = [(a.namespace, util), (a.heartbeat_namespace, beat)]
+    if a.namespace == a.heartbeat_namespace:
+        groups = [(a.namespace, data)]
+    for ns, items in groups:
+        for i in range(0, len(items), MAX_METRICS_PER_PUT):
+            chunk = json.dumps(items[i : i + MAX_METRICS_PER_PUT])
+            cmd = ["aws", "cloudwatch", "put-metric-data", "--namespace", ns]
+            subprocess.run([*cmd, "--metric-data", chunk], check=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="neuron-monitor (stdin) to CloudWatch")
     ap.add_argument("--namespace", required=True)
@@ -128,8 +191,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heartbeat-namespace", required=True)
     ap.add_argument("--heartbeat-metric", required=True)
     ap.add_argument("--lnc", type=int, default=None)
+    ap.add_argument(
+        "--interval",
+        type=float,
+        default=0.0,
+        help="publish at most once per this many seconds (each core's peak meanwhile); 0: "
+        "every report",
+    )
     a = ap.parse_args(argv)
     iid = ""
+    pending: dict[str, float] = {}
+    last = float("-inf")
+
+    def flush() -> None:
+        nonlocal pending, last
+        if pending:
+            _publish(
+                a,
+                datapoints_for(
+                    pending,
+                    instance_id=iid,
+                    metric=a.metric,
+                    device_dimension=a.device_dimension,
+                    heartbeat_metric=a.heartbeat_metric,
+                ),
+            )
+        pending, last = {}, time.monotonic()
+
     # Bytes, not text: one line that is not UTF-8 is skipped, it does not stop the publisher.
     for raw in sys.stdin.buffer:
         try:
@@ -145,23 +233,10 @@ def main(argv: list[str] | None = None) -> int:
             print("coreburst-neuron-publisher: skipped a line that is not JSON", file=sys.stderr)
             continue
         iid = iid or _instance_id(report)
-        data = datapoints(
-            report,
-            instance_id=iid,
-            lnc=resolve_lnc(report, a.lnc),
-            metric=a.metric,
-            device_dimension=a.device_dimension,
-            heartbeat_metric=a.heartbeat_metric,
-        )
-        util, beat = data[:-1], data[-1:]
-        groups = [(a.namespace, util), (a.heartbeat_namespace, beat)]
-        if a.namespace == a.heartbeat_namespace:
-            groups = [(a.namespace, data)]
-        for ns, items in groups:
-            for i in range(0, len(items), MAX_METRICS_PER_PUT):
-                chunk = json.dumps(items[i : i + MAX_METRICS_PER_PUT])
-                cmd = ["aws", "cloudwatch", "put-metric-data", "--namespace", ns]
-                subprocess.run([*cmd, "--metric-data", chunk], check=False)
+        merge_peak(pending, core_utilization(report, resolve_lnc(report, a.lnc)))
+        if time.monotonic() - last >= a.interval:
+            flush()
+    flush()  # neuron-monitor ended: what it reported since the last publish still goes out
     return 0
 
 

@@ -285,3 +285,19 @@ __all__ = [
     "totals",
     "transit_gateway_attachment",
 ]
+
+
+# -- owned nodes (the on-prem core) -----------------------------------------------------------
+def owned_gpu_hour_usd(node_month_usd: float, gpus_per_node: int, hours_per_month: float) -> float:
+    """$ per GPU-hour of an owned node: what the node costs a month (amortised purchase plus
+    its fixed and power costs, as the TCO model resolves them: ``tco.model``) over every
+    GPU-hour it has that month. Owned capacity is paid for every hour, busy or not, so this is
+    the price of an *allocated* GPU-hour, idle or used: the one price core and burst reports
+    share (``coreburst core report``; the daemon's ``core_idle.gpu_hour_usd``).
+
+    >>> round(owned_gpu_hour_usd(10_000.0, 8, 730), 4)
+    1.7123
+    """
+    if gpus_per_node <= 0 or hours_per_month <= 0:
+        raise ValueError("gpus_per_node and hours_per_month must be positive")
+    return node_month_usd / (gpus_per_node * hours_per_month)

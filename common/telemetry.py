@@ -27,6 +27,22 @@ class UtilizationMetric:
     def dimension_names(self) -> tuple[str, str]:
         return ("InstanceId", self.device_dimension)
 
+    @property
+    def rollup_dimension_names(self) -> tuple[str]:
+        """The per-instance rollup: every accelerator's value published again under the
+        instance id alone. CloudWatch aggregates the values of one dimension set in one period
+        into one statistic set, so per period Maximum = the busiest accelerator, Minimum = the
+        idlest and SampleCount = how many values arrived (``ROLLUP_STATS``)."""
+        return ("InstanceId",)
+
+
+# Every accelerator's utilization is published once per this many seconds (the CloudWatch
+# agent's metrics_collection_interval; the Neuron publisher's --interval), so a rollup period
+# of P seconds holds accelerators x P / PUBLISH_INTERVAL_S samples when every one reported.
+PUBLISH_INTERVAL_S = 60
+
+# What the guardrails read from a rollup per period: busy/idle, one idle accelerator, coverage.
+ROLLUP_STATS = ("Maximum", "Minimum", "SampleCount")
 
 UTILIZATION_METRICS: dict[AcceleratorKind, UtilizationMetric] = {
     # CloudWatch agent nvidia_gpu plugin; `index` is the GPU ordinal.
@@ -61,27 +77,40 @@ PUBLISHER_HEARTBEATS: dict[AcceleratorKind, HeartbeatMetric] = {
 NEURON_LNC_TAG = "coreburst:neuron-lnc"
 
 
-def cloudwatch_agent_config(metrics_interval_s: int = 60) -> str:
-    """CloudWatch agent JSON that publishes per-GPU utilization with exactly the dimension set
-    in ``UTILIZATION_METRICS['nvidia']`` (InstanceId + index, nothing else)."""
+# The nvidia_gpu measurements the agent collects; each is published per GPU (InstanceId +
+# index) and as the per-instance rollup (InstanceId), never a third time with every dimension
+# the plugin adds (drop_original_metrics).
+NVIDIA_MEASUREMENTS = ("utilization_gpu", "memory_used", "power_draw", "temperature_gpu")
+
+
+def cloudwatch_agent_config(metrics_interval_s: int = PUBLISH_INTERVAL_S) -> str:
+    """CloudWatch agent JSON (CloudWatch agent configuration file reference, "Manually create or
+    edit the CloudWatch agent configuration file", metrics section) that publishes GPU
+    utilization under exactly two dimension sets:
+
+    - ``aggregation_dimensions`` [InstanceId, index]: one series per GPU, for ``explain``;
+    - ``aggregation_dimensions`` [InstanceId]: the per-instance rollup the idle decision reads
+      (``UtilizationMetric.rollup_dimension_names``);
+
+    and ``drop_original_metrics`` so the agent does not also publish each GPU's value with
+    every dimension the plugin adds (host, name, arch...), a duplicate billed per metric-month.
+    ``append_dimensions`` InstanceId (``${aws:InstanceId}``) is what both sets roll up to.
+    """
     metric = UTILIZATION_METRICS["nvidia"]
     config = {
         "agent": {"metrics_collection_interval": metrics_interval_s},
         "metrics": {
             "namespace": metric.namespace,
             "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
-            # Roll the plugin's extra dimensions (host, name, arch) up to the exact set the
-            # guardrails query.
-            "aggregation_dimensions": [list(metric.dimension_names)],
+            "aggregation_dimensions": [
+                list(metric.dimension_names),
+                list(metric.rollup_dimension_names),
+            ],
             "metrics_collected": {
                 "nvidia_gpu": {
-                    "measurement": [
-                        "utilization_gpu",
-                        "memory_used",
-                        "power_draw",
-                        "temperature_gpu",
-                    ],
+                    "measurement": list(NVIDIA_MEASUREMENTS),
                     "metrics_collection_interval": metrics_interval_s,
+                    "drop_original_metrics": list(NVIDIA_MEASUREMENTS),
                 }
             },
         },

@@ -4,6 +4,7 @@ $ coreburst plan --stack dev
 $ coreburst tco --scenario tco/examples/team8_85pct.yaml --plot tco.png
 $ coreburst guardrails once --config guardrails.yaml
 $ coreburst onprem validate --inventory fleet.yaml
+$ coreburst core report --config guardrails.yaml --since 7d --plot core.png
 
 ``coreburst guardrails --help`` imports the guardrails CLI and nothing of Pulumi, Ansible or
 matplotlib (tests/unit/test_architecture.py measures it): a command's module is imported when
@@ -35,6 +36,11 @@ PRODUCTS: dict[str, tuple[str, str, str]] = {
         "burst.cli",
         "app",
         "Overflow the on-prem Slurm queue to AWS: Slurm config and power programs.",
+    ),
+    "core": (
+        "coreburst.core",
+        "app",
+        "On-prem core GPUs: allocated versus measured GPU-hours per team, and their price.",
     ),
 }
 # Commands added to a product's group from elsewhere: the demo lives in the sandbox (dev setup),

@@ -15,9 +15,15 @@ import boto3
 from botocore.config import Config
 
 from common.catalog import Catalog, load_catalog
-from common.telemetry import PUBLISHER_HEARTBEATS, UTILIZATION_METRICS
+from common.telemetry import (
+    PUBLISH_INTERVAL_S,
+    PUBLISHER_HEARTBEATS,
+    ROLLUP_STATS,
+    UTILIZATION_METRICS,
+)
 from guardrails import fastpath
 from guardrails.config import AwsConfig, IdleConfig, MetricConfig
+from guardrails.idle import PeriodStat
 from guardrails.model import DeviceSeries, Market, Node, Series
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
@@ -208,8 +214,20 @@ class _Listing:
     refs: dict[str, list[SeriesRef]]
 
 
+@dataclass
+class _RollupWindow:
+    """The rollup periods already read, per instance, and up to when they were read."""
+
+    until: datetime
+    periods: dict[str, list[PeriodStat]]  # per instance, in time order
+
+
 class SeriesCache:
-    """ListMetrics answers reused between cycles.
+    """What one daemon keeps between cycles: ListMetrics answers, the rollup window read so far
+    (``fetch_rollups`` then reads only the periods since), and when the idle rule last read
+    utilization (``idle.every``) with what it found.
+
+    ListMetrics answers are reused between cycles.
 
     A 1,000-GPU-node fleet has 8,000 series: 16 ListMetrics pages and a fifth of a cycle's CPU
     each time. The set changes when instances launch, so a listing is reused for
@@ -221,6 +239,14 @@ class SeriesCache:
 
     def __init__(self) -> None:
         self._listings: dict[tuple[str, ...], _Listing] = {}
+        self.rollups: dict[tuple[str, ...], _RollupWindow] = {}
+        # idle-reclaim's last read (guardrails.rules.idle_reclaim): when, and its decisions
+        self.idle_read_at: datetime | None = None
+        self.idle_decisions: dict[str, Any] = {}
+
+    def idle_due(self, now: datetime, every: timedelta) -> bool:
+        last = self.idle_read_at
+        return last is None or now < last or now - last >= every
 
     def get(
         self, key: tuple[str, ...], nodes: list[Node], now: datetime, refresh: timedelta
@@ -255,23 +281,36 @@ def get_metric_data(
     Returns samples by index into ``refs`` and the indices whose batch failed, so a failed
     chunk turns its nodes blind instead of silently dropping them.
     """
+    return query_stats(cw, [(r, stat) for r in refs], start=start, end=end, period_s=period_s)
+
+
+def query_stats(
+    cw: Any,
+    items: list[tuple[SeriesRef, str]],
+    *,
+    start: datetime,
+    end: datetime,
+    period_s: int,
+) -> tuple[dict[int, Series], set[int]]:
+    """``get_metric_data`` with a statistic per query: (series, stat) pairs, answers by index.
+    Each query is one metric requested (what GetMetricData bills)."""
     points = max(1, int((end - start).total_seconds() // period_s) + 1)
     batch = max(1, min(MAX_QUERIES_PER_CALL, MAX_DATAPOINTS_PER_CALL // points))
     out: dict[int, Series] = {}
     failed: set[int] = set()
-    for base in range(0, len(refs), batch):
-        idx = list(range(base, min(base + batch, len(refs))))
+    for base in range(0, len(items), batch):
+        idx = range(base, min(base + batch, len(items)))
         queries = [
             {
                 "Id": f"q{i}",
                 "MetricStat": {
                     "Metric": {
-                        "Namespace": refs[i].namespace,
-                        "MetricName": refs[i].metric,
-                        "Dimensions": [{"Name": k, "Value": v} for k, v in refs[i].dimensions],
+                        "Namespace": items[i][0].namespace,
+                        "MetricName": items[i][0].metric,
+                        "Dimensions": [{"Name": k, "Value": v} for k, v in items[i][0].dimensions],
                     },
                     "Period": period_s,
-                    "Stat": stat,
+                    "Stat": items[i][1],
                 },
                 "ReturnData": True,
             }
@@ -397,6 +436,104 @@ def fetch_utilization(
                 else:
                     devices[ref.device] = pts
     return series, errors
+
+
+def _floor(t: datetime, period_s: int) -> datetime:
+    return datetime.fromtimestamp(int(t.timestamp()) // period_s * period_s, t.tzinfo)
+
+
+def fetch_rollups(
+    cw: Any,
+    nodes: list[Node],
+    cfg: IdleConfig,
+    now: datetime,
+    cache: SeriesCache | None = None,
+) -> tuple[dict[str, list[PeriodStat]], dict[str, str]]:
+    """Each node's per-instance rollup over the window (``PeriodStat`` per period: Maximum,
+    Minimum, SampleCount of every accelerator's values, ``common.telemetry.ROLLUP_STATS``),
+    plus nodes that could not be read (id -> why). Three metrics per instance (four with a
+    publisher heartbeat) whatever its accelerator count; no ListMetrics: the dimension set is
+    exactly {InstanceId}.
+
+    With ``cache``, the periods already read are kept and only the periods since the last read
+    are asked for again, from ``max_gap + period`` before it (the most recent periods may still
+    have been filling). A node the window does not know yet, or whose read failed, is read over
+    the whole window. Without ``cache`` everything is read (``explain``, the check before an
+    action).
+    """
+    period_s = int(cfg.period.total_seconds())
+    win_start = _floor(now - cfg.window - cfg.period, period_s)
+    out: dict[str, list[PeriodStat]] = {}
+    errors: dict[str, str] = {}
+    for kind in sorted({n.accelerator_kind for n in nodes}):
+        metric = cfg.metrics.get(kind)
+        kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
+        if metric is None:
+            for n in kind_nodes:
+                errors[n.instance_id] = f"no metric configured for {kind}"
+            continue
+        key = (kind_nodes[0].region, metric.namespace, metric.metric_name, str(period_s))
+        w = cache.rollups.get(key) if cache else None
+        if w is None or not (win_start < w.until <= now):
+            w = _RollupWindow(now, {})
+        since = max(win_start, _floor(w.until - cfg.max_gap - cfg.period, period_s))
+        groups: dict[datetime, list[Node]] = {}
+        for n in kind_nodes:
+            groups.setdefault(since if n.instance_id in w.periods else win_start, []).append(n)
+        beats = {r.key: r for r in heartbeat_refs(kind, metric, kind_nodes)}
+        kept: dict[str, list[PeriodStat]] = {}
+        for start, group in sorted(groups.items()):
+            items: list[tuple[SeriesRef, str]] = []
+            for n in group:
+                ref = SeriesRef(
+                    n.instance_id,
+                    "rollup",
+                    metric.namespace,
+                    metric.metric_name,
+                    (("InstanceId", n.instance_id),),
+                )
+                items += [(ref, stat) for stat in ROLLUP_STATS]
+            items += [(beats[n.instance_id], "Maximum") for n in group if n.instance_id in beats]
+            data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
+            k = len(ROLLUP_STATS)
+            for j, n in enumerate(group):
+                iid = n.instance_id
+                if any(j * k + o in failed for o in range(k)):
+                    errors[iid] = "GetMetricData failed for this node's batch"
+                    continue
+                mx, mn, sc = (data.get(j * k + o, Series()) for o in range(k))
+                if mx.timestamps == mn.timestamps == sc.timestamps:
+                    # the usual answer: one datapoint per period in all three
+                    fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
+                else:
+                    mins = dict(zip(mn.timestamps, mn.values, strict=True))
+                    counts = dict(zip(sc.timestamps, sc.values, strict=True))
+                    # a period with a Maximum but no SampleCount still proves busy; as
+                    # coverage it counts as zero samples (a hole)
+                    fresh = [
+                        PeriodStat(t, v, mins.get(t, v), counts.get(t, 0.0))
+                        for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
+                    ]
+                # periods read before and not asked for again, then this read's (ascending)
+                old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
+                kept[iid] = out[iid] = old + fresh
+            base = len(group) * k
+            for j, n in enumerate(m for m in group if m.instance_id in beats):
+                iid = n.instance_id
+                if base + j in failed:
+                    errors.setdefault(iid, "GetMetricData failed for this node's batch")
+                    continue
+                why = heartbeat_problem(data.get(base + j, Series()), now, cfg.max_gap)
+                if why:
+                    errors.setdefault(iid, why)
+        if cache is not None:
+            cache.rollups[key] = _RollupWindow(now, kept)
+    return out, errors
+
+
+def samples_per_period(cfg: IdleConfig) -> int:
+    """Values each accelerator publishes per rollup period (``PUBLISH_INTERVAL_S`` apart)."""
+    return max(1, int(cfg.period.total_seconds()) // PUBLISH_INTERVAL_S)
 
 
 def sum_bytes(

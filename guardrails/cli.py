@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from guardrails.config import GuardrailsConfig
     from guardrails.state import State
+    from guardrails.store import StateStore
 
 
 @dataclass
@@ -173,6 +174,54 @@ def open_state(cfg: GuardrailsConfig) -> State:
         if st is not None:
             st.close()
         raise fail(_path_problem("state.path", path, exc)) from None
+
+
+def open_store(cfg: GuardrailsConfig, table: str | None = None) -> StateStore:
+    """The daemon's state for a reader (``coreburst core report``): the SQLite file at
+    ``state.path`` (:func:`open_state`), or with ``table`` the DynamoDB state table of the
+    scheduled Lambda (the ``Guardrails`` component's ``state_table``; the Lambda's
+    ``COREBURST_STATE_TABLE``), in the SDK's region (``AWS_REGION``, the profile) else the
+    config's first region, through ``aws.endpoint_url`` when set. A missing table, no
+    credentials or an unreachable endpoint is one line (exit 2)."""
+    if table is None:
+        return open_state(cfg)
+    import boto3
+    from botocore.config import Config
+    from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+    from guardrails.state_dynamo import DynamoState
+
+    session = boto3.session.Session()
+    region = session.region_name or cfg.regions[0]
+    ddb = session.resource(
+        "dynamodb",
+        region_name=region,
+        endpoint_url=cfg.aws.endpoint_url,
+        config=Config(
+            connect_timeout=cfg.aws.connect_timeout_s,
+            read_timeout=cfg.aws.read_timeout_s,
+            retries={"max_attempts": cfg.aws.max_attempts, "mode": "standard"},
+        ),
+    )
+    where = f"state table {table!r} ({region})"
+    try:
+        t = ddb.Table(table)
+        t.load()  # DescribeTable: the table is there before anything is read from it
+    except ClientError as exc:
+        err = exc.response.get("Error", {})
+        if err.get("Code") == "ResourceNotFoundException":
+            raise fail(
+                f"{where} does not exist; give the table the guardrails stack created (its "
+                "state_table output) and its region (AWS_REGION)"
+            ) from None
+        raise fail(
+            f"{where}: AWS refused DescribeTable: {err.get('Code')}: {err.get('Message')}"
+        ) from None
+    except NoCredentialsError:
+        raise fail(f"{where}: no AWS credentials; set AWS_PROFILE or AWS keys") from None
+    except BotoCoreError as exc:
+        raise fail(f"{where}: {' '.join(str(exc).split())}") from None
+    return DynamoState(t, snapshot_retention=cfg.state.snapshot_retention)
 
 
 def check_audit_log(cfg: GuardrailsConfig) -> None:
@@ -477,9 +526,9 @@ def explain(
     from rich.table import Table
 
     from guardrails.aws import AwsUnreachableError
-    from guardrails.idle import decide
+    from guardrails.idle import ROLLUP_DEVICE, decide
     from guardrails.messages import owner
-    from guardrails.rules.idle_reclaim import idle_params, utilization
+    from guardrails.rules.idle_reclaim import idle_params, per_device_stats, utilization
     from guardrails.state import parse_iso
 
     configure_logging("warning")
@@ -512,6 +561,10 @@ def explain(
         c.print(f"state: [bold]{dec.state}[/]; next step: {dec.step} ({dec.action})")
         c.print(f"utilization: {util.reason}")
         c.print(f"decision: {dec.reason}")
+        rows = list(util.devices)
+        if any(s.device == ROLLUP_DEVICE for s in rows):
+            # decided from the per-instance rollup; show every accelerator's own series too
+            rows += per_device_stats(d.aws, cfg, n, d.clock.now())
         t = Table(
             "device",
             "max %",
@@ -521,7 +574,7 @@ def explain(
             "largest gap s",
             title=f"window {cfg.idle.window}, threshold {cfg.idle.threshold_percent}%",
         )
-        for s in util.devices:
+        for s in rows:
             t.add_row(
                 s.device,
                 "-" if s.max_value is None else f"{s.max_value:.1f}",

@@ -31,7 +31,7 @@ import math
 import os
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, timedelta
 from ipaddress import IPv4Address
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -189,6 +189,11 @@ class MetricConfig(_Strict):
     namespace: str
     metric_name: str
     device_dimension: str
+    # Decide from the per-instance rollup (the same metric under InstanceId alone: Maximum,
+    # Minimum, SampleCount per period; common.telemetry publishes it): 3 metrics per instance
+    # per read instead of one per accelerator. false: read every per-device series (a metric
+    # someone else publishes without that rollup). ``explain`` always shows per-device series.
+    rollup: bool = True
 
     @model_validator(mode="before")
     @classmethod
@@ -244,6 +249,11 @@ class IdleConfig(_Strict):
     # How long a ListMetrics answer is reused; an instance that was not running when it was
     # taken triggers a fresh one at once.
     series_refresh: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
+    # How often utilization is read and nodes are assessed, apart from the daemon's cycle
+    # (``interval``, which spend uses): GetMetricData bills per metric requested, so idle at
+    # 5 min costs a fifth of idle at 1 min. A cycle in between reads nothing and acts on
+    # nothing, except that a node due for its reclaim is read fresh at once.
+    every: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=5)
     metrics: Annotated[dict[AcceleratorKind, MetricConfig], BeforeValidator(_merge_metrics)] = (
         Field(default_factory=_default_metrics)
     )
@@ -371,11 +381,117 @@ class BurstReconcileConfig(_Strict):
     capacity_backoff: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
     bootstrap_failures_before_protect: int = Field(default=3, ge=1, le=1000)
     bootstrap_window: Annotated[timedelta, Between("10m", "7d")] = timedelta(hours=24)
+    # The spend scope (one of spend.scopes) the resume program's spend gate counts against:
+    # the gate (coreburst:burst.spendGate) reads it, its limits and state.path from this file,
+    # and this rule lifts the gate's holds (coreburst-spend-* reservations) once it has room.
+    # null: no gate.
+    spend_scope: str | None = "account"
+    # A spend snapshot older than this is not trusted: the gate launches nothing, holds stay.
+    spend_snapshot_max_age: Annotated[timedelta, Between("1m", "1d")] = timedelta(hours=1)
 
     @model_validator(mode="after")
     def _stack_when_enabled(self) -> BurstReconcileConfig:
         if self.enabled and not self.stack:
             raise ValueError("set stack: <the Pulumi stack name> when enabled is true")
+        return self
+
+
+class CoreIdleThresholds(_Strict):
+    """When a job's GPUs count as idle, and how long its owner has before the policy acts."""
+
+    # Every GPU of the job below this (percent of DCGM activity) for ``window``: idle.
+    threshold_percent: float = Field(default=5.0, gt=0, le=100)
+    window: Annotated[timedelta, Between("5m", "7d")] = timedelta(hours=2)
+    # From the warning to the requeue / cancel (policy ``warn``: never acts).
+    grace: Annotated[timedelta, Between("5m", "7d")] = timedelta(hours=1)
+
+
+class CoreExemption(_Strict):
+    """A job (``job``) or a Slurm user's jobs (``user``) left alone until ``until``."""
+
+    job: str | None = Field(default=None, pattern=r"^\d+$")
+    user: str | None = Field(default=None, min_length=1)
+    until: date
+
+    @model_validator(mode="after")
+    def _one_target(self) -> CoreExemption:
+        if (self.job is None) == (self.user is None):
+            raise ValueError("an exemption names exactly one of job: <id> or user: <name>")
+        return self
+
+
+class CoreIdleConfig(_Strict):
+    """The ``core-idle`` rule (guardrails/rules/core_idle.py): GPUs that Slurm jobs on the
+    on-prem core hold but do not use, from DCGM through Prometheus. Off unless switched on; it
+    needs ``squeue``/``scontrol``/``scancel`` on this host and a Prometheus URL."""
+
+    enabled: bool = False
+    # Prometheus scraping dcgm-exporter on every core node (its HTTP API root).
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    prometheus_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    # Resolution the activity is read at, and the longest hole tolerated in a GPU's series
+    # (more, or no series at all: the job is blind and never acted on).
+    step: Annotated[timedelta, Between("15s", "5m")] = timedelta(minutes=1)
+    max_gap: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=5)
+    # What happens after the grace: warn only, ``scontrol requeue`` or ``scancel``.
+    policy: Literal["warn", "requeue", "cancel"] = "warn"
+    batch: CoreIdleThresholds = CoreIdleThresholds()
+    # salloc/srun sessions (Slurm's batch_flag false): people step away; warn sooner.
+    interactive: CoreIdleThresholds = CoreIdleThresholds(
+        window=timedelta(minutes=30), grace=timedelta(minutes=30)
+    )
+    # Jobs whose time limit is at most ``short_time_limit``: they end soon by themselves.
+    short: CoreIdleThresholds = CoreIdleThresholds(
+        window=timedelta(minutes=30), grace=timedelta(minutes=30)
+    )
+    short_time_limit: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
+    # Partitions watched (None: every partition whose jobs hold GPUs).
+    partitions: list[str] | None = None
+    # dcgm-exporter's host label -> Slurm node name, where they differ beyond a domain: an
+    # exporter host matches the node of its own name, else the node of its short name
+    # (``core1.lab.example`` -> ``core1``). Two exporter hosts matching one node make that
+    # node's GPUs blind (never a guess) until this names the one to use.
+    host_map: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")],
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")],
+    ] = {}
+    # Slurm user -> Slack member id, so the warning mentions the job's owner.
+    slack_users: dict[str, Annotated[str, Field(pattern=r"^[UW][A-Z0-9]{2,20}$")]] = {}
+    # A job exempts itself with ``--comment=coreburst-exempt-until=YYYY-MM-DD`` (at most
+    # ``max_exemption`` ahead); operators list exemptions here. Both expire.
+    exempt_comment_key: str = Field(default="coreburst-exempt-until", pattern=r"^[\w.:-]+$")
+    exemptions: list[CoreExemption] = []
+    max_exemption: Annotated[timedelta, Between("1h", "365d")] = timedelta(days=14)
+    # At most this many requeues/cancels per cycle (``safety.max_actions_per_cycle`` applies too).
+    max_actions_per_cycle: int = Field(default=2, ge=0, le=100)
+    # $ per allocated GPU-hour of an owned node, for the messages and the report (see
+    # ``coreburst core price``: the TCO model's amortised cost); None: no dollar figures.
+    gpu_hour_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    slurm_bin_dir: Path | None = None
+    slurm_conf: Path | None = None
+    slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _url_when_enabled(self) -> CoreIdleConfig:
+        if self.enabled and not self.prometheus_url:
+            raise ValueError(
+                "set prometheus_url: http://<prometheus>:9090 (the server scraping dcgm-exporter)"
+                " when enabled is true"
+            )
+        if self.max_gap < self.step:
+            raise ValueError(
+                f"max_gap ({format_duration(self.max_gap)}) is shorter than step "
+                f"({format_duration(self.step)})"
+            )
+        by_node: dict[str, list[str]] = {}
+        for host, node in self.host_map.items():
+            by_node.setdefault(node, []).append(host)
+        for node, hosts in sorted(by_node.items()):
+            if len(hosts) > 1:
+                raise ValueError(
+                    f"host_map maps {' and '.join(sorted(hosts))} to the one Slurm node {node};"
+                    " map exactly one exporter host to each node"
+                )
         return self
 
 
@@ -454,6 +570,7 @@ class OrgConfig(_Strict):
 RULE_NAMES = (
     "budget-relay",
     "burst-reconcile",
+    "core-idle",
     "egress-spike",
     "idle-reclaim",
     "inventory",
@@ -564,6 +681,7 @@ class GuardrailsConfig(BaseSettings):
     egress: EgressConfig = EgressConfig()
     budget_relay: BudgetRelayConfig = BudgetRelayConfig()
     burst_reconcile: BurstReconcileConfig = BurstReconcileConfig()
+    core_idle: CoreIdleConfig = CoreIdleConfig()
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
     metrics_endpoint: MetricsEndpointConfig = MetricsEndpointConfig()
@@ -592,6 +710,17 @@ class GuardrailsConfig(BaseSettings):
                 f"state.snapshot_retention ({format_duration(self.state.snapshot_retention)}) "
                 f"is shorter than egress.baseline ({format_duration(self.egress.baseline)}); "
                 "raise it or shorten the baseline"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _burst_spend_scope_known(self) -> GuardrailsConfig:
+        b = self.burst_reconcile
+        names = [s.name for s in self.spend.scopes]
+        if b.enabled and b.spend_scope is not None and b.spend_scope not in names:
+            raise ValueError(
+                f"burst_reconcile.spend_scope: no spend scope {b.spend_scope!r} in spend.scopes "
+                f"({', '.join(names) or 'none'}); name one of those, add it, or set it to null"
             )
         return self
 

@@ -39,6 +39,8 @@ INSTANCE_FIELDS = (
     ("InstanceLifecycle", "instanceLifecycle"),
     ("CapacityReservationId", "capacityReservationId"),
     ("RootDeviceType", "rootDeviceType"),
+    # burst-reconcile: which of a node's duplicate instances is at Slurm's NodeAddr.
+    ("PrivateIpAddress", "privateIpAddress"),
 )
 
 

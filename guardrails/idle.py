@@ -12,6 +12,13 @@ A node is IDLE only when every accelerator has datapoints covering the whole win
 present and every one of them is below the threshold. Missing, stale or partial data makes it
 UNKNOWN ("blind"): reported, never reclaimed. Missing data is never read as zero.
 
+With the per-instance rollup (``assess_rollup``) the same rules hold per period: CloudWatch
+aggregates every accelerator's value of one period into Maximum, Minimum and SampleCount, and a
+period counts as covered only when SampleCount is exactly the expected accelerator count (times
+the samples each publishes per period). A period with fewer (or more) samples is a hole, held to
+``max_gap`` like a hole in a per-device series: with one of 64 NeuronCores silent every period
+the node is blind, never idle.
+
 "Every accelerator" is counted by the caller from the catalog and the node's configuration
 (``guardrails.rules.idle_reclaim.expected_series``: one series per GPU, one per logical
 NeuronCore at the node's LNC), never assumed: with 63 of a trn2's 64 NeuronCore series the
@@ -21,10 +28,11 @@ node is blind, not idle. When that count cannot be known the caller passes the r
 from __future__ import annotations
 
 import bisect
+import math
 import operator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from guardrails.model import DeviceSeries, Node, Series
 
@@ -135,6 +143,144 @@ def assess_utilization(
     return Utilization(
         "idle",
         f"all {len(stats)} devices below {thr:g}% for {mins} min (peak {peak:.1f}%)",
+        stats,
+        idle_devs,
+    )
+
+
+class PeriodStat(NamedTuple):
+    """One period of a node's per-instance rollup: the statistics CloudWatch computed over
+    every value published under the instance id alone in [at, at + period). (A tuple: a
+    10,000-node fleet keeps 300,000 of them.)"""
+
+    at: datetime
+    maximum: float
+    minimum: float
+    samples: float
+
+
+ROLLUP_DEVICE = "all (rollup)"
+
+
+def _gap(start: datetime, stamps: list[datetime], now: datetime) -> float:
+    edges = [start, *stamps, now]
+    return max(map(operator.sub, edges[1:], edges[:-1])).total_seconds()
+
+
+def assess_rollup(
+    periods: list[PeriodStat],
+    expected_series: int | str,
+    now: datetime,
+    params: IdleParams,
+    samples_per_period: int = 1,
+) -> Utilization:
+    """Classify one node from its rollup (see module docstring).
+
+    ``expected_series``: how many accelerators the node has, or why that cannot be known (then
+    busy or blind, never idle). ``samples_per_period``: values each accelerator publishes per
+    period (period / publish interval), so a covered period holds exactly
+    ``expected_series * samples_per_period`` samples.
+
+    >>> from datetime import UTC, datetime, timedelta
+    >>> now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    >>> full = [PeriodStat(now - timedelta(minutes=m), 2.0, 0.0, 8) for m in range(31)]
+    >>> assess_rollup(full, 8, now, IdleParams()).state
+    'idle'
+    >>> short = [PeriodStat(p.at, 2.0, 0.0, 7) for p in full]
+    >>> assess_rollup(short, 8, now, IdleParams()).reason
+    'only 7 of 8 accelerator series present (rollup SampleCount 7 of 8 in 31 periods)'
+    """
+    start = now - params.window
+    thr = params.threshold_percent
+    want = expected_series * samples_per_period if isinstance(expected_series, int) else -1
+    # one pass (this runs for every node every read); periods come in time order
+    pts: list[PeriodStat] = []
+    covered: list[datetime] = []
+    peak = top = -math.inf
+    low = -math.inf  # the highest per-period Minimum
+    top_at: PeriodStat | None = None
+    for p in periods:
+        at = p[0]
+        if at < start or at > now:
+            continue
+        pts.append(p)
+        if p[1] > peak:
+            peak = p[1]
+            if peak >= thr:
+                top, top_at = peak, p
+        low = max(low, p[2])
+        if p[3] == want:
+            covered.append(at)
+    if len(covered) > 1 and not all(map(operator.lt, covered, covered[1:])):
+        return assess_rollup(
+            sorted(periods, key=lambda p: p[0]),
+            expected_series,
+            now,
+            params,
+            samples_per_period,
+        )
+    stat = DeviceStat(
+        ROLLUP_DEVICE,
+        peak if pts else None,
+        len(covered),
+        covered[0] if covered else None,
+        covered[-1] if covered else None,
+        _gap(start, covered, now),
+    )
+    stats = [stat]
+    # "One idle accelerator": some accelerator stayed below the threshold in every period.
+    one_idle = bool(pts) and low < thr
+    idle_devs = [ROLLUP_DEVICE] if one_idle else []
+    if top_at is not None:
+        reason = f"busiest accelerator peaked at {top:.1f}% (threshold {thr:g}%)"
+        if one_idle:
+            of = f" of {expected_series}" if isinstance(expected_series, int) else ""
+            reason += (
+                f"; at least 1{of} devices idle in every period (idlest at most {low:.1f}%; "
+                "reported, not reclaimed)"
+            )
+        return Utilization("busy", reason, stats, idle_devs)
+    if isinstance(expected_series, str):
+        return Utilization("unknown", expected_series, stats, idle_devs)
+    if expected_series < 1 or want < 1:
+        return Utilization("unknown", "no accelerator count for this node", stats, idle_devs)
+    if not pts:
+        return Utilization(
+            "unknown", "no utilization datapoints for this node in the window", stats
+        )
+    if (stat.largest_gap_s or 0) > params.max_gap.total_seconds():
+        short = [p for p in pts if p.samples < want]
+        over = [p for p in pts if p.samples > want]
+        mg = int(params.max_gap.total_seconds())
+        note = ""
+        if short:
+            fewest = int(min(p.samples for p in short))
+            if samples_per_period == 1:
+                head = f"only {fewest} of {expected_series} accelerator series present"
+            else:
+                head = f"only {fewest} of {want} samples per period present"
+            note = f"{head} (rollup SampleCount {fewest} of {want} in {len(short)} periods)"
+        elif over:
+            most = int(max(p.samples for p in over))
+            note = (
+                f"rollup SampleCount {most} where {want} were expected in {len(over)} periods "
+                f"(more than one value per accelerator per period)"
+            )
+        if not covered:
+            why = note or "no complete period in the window"
+        elif (now - covered[-1]) > params.max_gap:
+            age = int((now - covered[-1]).total_seconds())
+            why = f"stale: last complete period {age}s ago (max gap {mg}s)"
+        else:
+            gap = int(stat.largest_gap_s or 0)
+            why = f"partial: a {gap}s gap in the window (max gap {mg}s)"
+            why += f"; {note}" if note else ""
+        return Utilization("unknown", why, stats, idle_devs)
+    mins = int(params.window.total_seconds() // 60)
+    return Utilization(
+        "idle",
+        f"all {expected_series} devices below {thr:g}% for {mins} min (peak {peak:.1f}%, "
+        f"rollup of {len(covered)} complete periods)",
         stats,
         idle_devs,
     )

@@ -17,11 +17,15 @@ NOT_RESPONDING, ...), e.g. ``IDLE+CLOUD+POWERED_DOWN`` (slurm.conf(5) / scontrol
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 import subprocess
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 # A field starts at a word followed by '=' after whitespace; its value runs to the next one
 # (values such as Reason= and OS= contain spaces).
@@ -144,3 +148,261 @@ class Scontrol:
     def down(self, nodes: list[str], reason: str) -> str:
         self.run("update", "nodename=" + ",".join(nodes), "state=down", f"reason={reason}")
         return "scontrol update state=down"
+
+
+# -- the burst spend gate's holds ------------------------------------------------------------
+# burst/power.py (the resume program) places them; the burst-reconcile rule lifts them. Their
+# names carry the projected cost (Slurm 22.05 reservations have no comment field):
+# ``coreburst-spend-<ceil USD>usd-<epoch ms>-<pid>``.
+SPEND_HOLD_PREFIX = "coreburst-spend-"
+_SPEND_HOLD = re.compile(rf"^ReservationName=({re.escape(SPEND_HOLD_PREFIX)}(?:(\d+)usd-)?\S*)")
+_RESV_NODES = re.compile(r"\bNodes=(\S+)")
+
+
+@dataclass(frozen=True)
+class SpendHold:
+    """One spend-gate reservation as ``scontrol -o show reservation`` prints it."""
+
+    name: str
+    cost_usd: float
+    nodes: str  # a Slurm hostlist, as scontrol prints it
+
+
+def parse_spend_holds(text: str) -> list[SpendHold]:
+    """The spend gate's reservations in ``scontrol -o show reservation`` output (one line per
+    reservation, ``ReservationName=... Nodes=...``; others are ignored).
+
+    >>> parse_spend_holds("ReservationName=coreburst-spend-98usd-1-2 StartTime=x Nodes=od-[1-2]")
+    [SpendHold(name='coreburst-spend-98usd-1-2', cost_usd=98.0, nodes='od-[1-2]')]
+    """
+    out = []
+    for line in text.splitlines():
+        m = _SPEND_HOLD.match(line.strip())
+        on = _RESV_NODES.search(line)
+        if m and on:
+            out.append(SpendHold(m.group(1), float(m.group(2) or 0), on.group(1)))
+    return out
+
+
+def spend_left(
+    daily_limit_usd: float | None,
+    monthly_limit_usd: float | None,
+    snapshot: Any,
+    *,
+    now: datetime,
+    max_age: timedelta,
+    scope: str,
+) -> dict[str, float] | str:
+    """USD a spend scope has left per period (``today``, ``this month``), or why that cannot
+    be known: no snapshot, or one older than ``max_age`` (fail closed: the daemon is not
+    measuring). ``snapshot``: the guardrails state's ``last_spend(scope)`` row (``ts``,
+    ``today``, ``mtd``). The resume program's gate and the rule's release both use this."""
+    if snapshot is None:
+        return f"no spend snapshot for scope {scope}"
+    age = now - datetime.fromisoformat(str(snapshot["ts"]))
+    if age > max_age:
+        return f"spend snapshot for {scope} is {age.total_seconds() / 60:.0f} min old"
+    left: dict[str, float] = {}
+    if daily_limit_usd is not None:
+        left["today"] = daily_limit_usd - float(snapshot["today"])
+    if monthly_limit_usd is not None:
+        left["this month"] = monthly_limit_usd - float(snapshot["mtd"])
+    return left
+
+
+def releasable(
+    holds: list[SpendHold], left: dict[str, float]
+) -> tuple[list[SpendHold], list[tuple[SpendHold, str]]]:
+    """Which holds fit what is left (cheapest first, each counted against the rest), and
+    which stay and why. The next resume checks the jobs' cost again."""
+    room = min(left.values(), default=math.inf)
+    release: list[SpendHold] = []
+    keep: list[tuple[SpendHold, str]] = []
+    for h in sorted(holds, key=lambda h: (h.cost_usd, h.name)):
+        if room <= 0 or h.cost_usd > room:
+            keep.append((h, f"${h.cost_usd:,.0f} projected > ${max(room, 0):,.0f} left"))
+            continue
+        release.append(h)
+        room -= h.cost_usd
+    return release, keep
+
+
+def power_down_when_idle(sc: Scontrol, nodes: list[str]) -> str:
+    """``State=POWER_DOWN``: Slurm powers the nodes down once no job holds them (its
+    SuspendProgram then ends the instance); a running job is never killed (scontrol(1),
+    "NODES - SPECIFICATIONS FOR UPDATE COMMAND")."""
+    sc.run("update", "nodename=" + ",".join(nodes), "state=power_down")
+    return "scontrol update state=power_down"
+
+
+def delete_reservation(sc: Scontrol, name: str) -> str:
+    sc.run("delete", f"ReservationName={name}")
+    return "scontrol delete reservation"
+
+
+# -- jobs and the GPUs they hold (the ``core-idle`` rule) ---------------------------------------
+# Read from ``squeue --json`` (Slurm's OpenAPI data parser; 22.05 prints plugin openapi/v0.0.38):
+# per job ``job_id``, ``user_name``, ``account``, ``partition``, ``start_time`` (Unix seconds),
+# ``time_limit`` (minutes), ``batch_flag`` (false for salloc/srun: interactive), ``comment``,
+# ``restart_cnt``, ``job_resources.allocated_nodes[].nodename`` and ``gres_detail``, one entry per
+# allocated node in that order, e.g. ``gpu:h100:2(IDX:0-1)`` (the same text as ``scontrol -d show
+# job``'s ``GRES=``). Later Slurm releases wrap numbers as ``{"set": true, "number": N}`` and make
+# ``job_state`` a list; both forms are read.
+_GPU_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
+# Slurm's NO_VAL / INFINITE sentinels for a 32-bit time limit.
+_NO_TIME = 0xFFFFFFFE
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A running job and the GPUs it holds: node name -> GPU indices (gres.conf order)."""
+
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    start: datetime
+    time_limit: timedelta | None  # None: no limit
+    gpus: dict[str, tuple[int, ...]]
+    interactive: bool
+    comment: str = ""
+    restarts: int = 0
+    name: str = ""
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(v) for v in self.gpus.values())
+
+
+def gpu_indices(gres: str) -> tuple[int, ...]:
+    """GPU indices in one node's GRES detail.
+
+    >>> gpu_indices("gpu:h100:3(IDX:0,2-3)"), gpu_indices("gpu:2(IDX:4-5)"), gpu_indices("")
+    ((0, 2, 3), (4, 5), ())
+    """
+    out: list[int] = []
+    for m in _GPU_IDX.finditer(gres):
+        for raw in m.group(1).split(","):
+            part = raw.strip()
+            if not part or part.upper() == "N/A":
+                continue
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise SlurmError(f"GRES detail {gres!r}: index {part!r} is not a number or range")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(out)
+
+
+def _num(v: Any) -> int | None:
+    """A number, or Slurm's newer ``{"set": bool, "infinite": bool, "number": N}`` wrapper."""
+    if isinstance(v, dict):
+        if v.get("infinite") or not v.get("set", True):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return int(v)
+
+
+def _running(job: dict[str, Any]) -> bool:
+    st = job.get("job_state")
+    states = st if isinstance(st, list) else [st]
+    return "RUNNING" in states
+
+
+def parse_jobs(text: str) -> list[SlurmJob]:
+    """The running jobs in ``squeue --json`` output. Malformed output raises ``SlurmError``
+    (one line): a partly read job list is never acted on."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise SlurmError("squeue --json: output is not JSON") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise SlurmError("squeue --json: no 'jobs' list in the output")
+    out: list[SlurmJob] = []
+    for j in jobs:
+        if not isinstance(j, dict) or not _running(j):
+            continue
+        jid = _num(j.get("job_id"))
+        start = _num(j.get("start_time"))
+        if jid is None or start is None:
+            raise SlurmError(f"squeue --json: a running job lacks job_id or start_time: {j!r:.80}")
+        res = j.get("job_resources") or {}
+        alloc = res.get("allocated_nodes") if isinstance(res, dict) else None
+        names = [n.get("nodename") for n in alloc or [] if isinstance(n, dict)]
+        detail = j.get("gres_detail") or []
+        if not isinstance(detail, list) or not all(isinstance(d, str) for d in detail):
+            raise SlurmError(f"squeue --json: job {jid}: gres_detail is not a list of strings")
+        if detail and len(detail) != len(names):
+            raise SlurmError(
+                f"squeue --json: job {jid}: {len(detail)} gres_detail entries for "
+                f"{len(names)} allocated nodes"
+            )
+        gpus = {str(n): gpu_indices(d) for n, d in zip(names, detail, strict=False)}
+        limit = _num(j.get("time_limit"))
+        out.append(
+            SlurmJob(
+                job_id=str(jid),
+                user=str(j.get("user_name") or j.get("user_id") or ""),
+                account=str(j.get("account") or ""),
+                partition=str(j.get("partition") or ""),
+                start=datetime.fromtimestamp(start, UTC),
+                time_limit=None if limit is None or limit >= _NO_TIME else timedelta(minutes=limit),
+                gpus={n: ix for n, ix in gpus.items() if ix},
+                interactive=j.get("batch_flag") is False,
+                comment=str(j.get("comment") or ""),
+                restarts=_num(j.get("restart_cnt")) or 0,
+                name=str(j.get("name") or ""),
+            )
+        )
+    return out
+
+
+def run_tool(
+    tool: str, *args: str, bin_dir: Path | None, conf: Path | None, timeout_s: float
+) -> str:
+    """Run a Slurm client (``squeue``, ``scontrol``, ``scancel``); any failure is one
+    ``SlurmError`` line."""
+    exe = str(bin_dir / tool) if bin_dir else tool
+    env = dict(os.environ)
+    if conf is not None:
+        env["SLURM_CONF"] = str(conf)
+    try:
+        proc = subprocess.run(
+            [exe, *args], check=False, capture_output=True, text=True, timeout=timeout_s, env=env
+        )
+    except FileNotFoundError:
+        raise SlurmError(f"{exe} not found: install slurm-client or set slurm_bin_dir") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{tool} {' '.join(args[:3])} timed out after {timeout_s:g}s") from None
+    except OSError as exc:
+        raise SlurmError(f"{exe}: {exc.strerror}") from None
+    if proc.returncode != 0:
+        err = " ".join(proc.stderr.split())[:300]
+        raise SlurmError(f"{tool} {' '.join(args[:3])} failed ({proc.returncode}): {err}")
+    return proc.stdout
+
+
+@dataclass
+class SlurmJobs:
+    """Running jobs, and requeue / cancel (scontrol(1) "requeue", scancel(1))."""
+
+    bin_dir: Path | None = None
+    conf: Path | None = None
+    timeout_s: float = 30.0
+
+    def _run(self, tool: str, *args: str) -> str:
+        return run_tool(tool, *args, bin_dir=self.bin_dir, conf=self.conf, timeout_s=self.timeout_s)
+
+    def running(self) -> list[SlurmJob]:
+        return parse_jobs(self._run("squeue", "--json", "--states=RUNNING"))
+
+    def requeue(self, job_id: str) -> str:
+        """Back to pending (the job must be requeueable; batch jobs are by default)."""
+        self._run("scontrol", "requeue", job_id)
+        return f"scontrol requeue {job_id}"
+
+    def cancel(self, job_id: str) -> str:
+        self._run("scancel", job_id)
+        return f"scancel {job_id}"

@@ -37,6 +37,10 @@ CREATE TABLE IF NOT EXISTS egress (
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS lease (
   name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS core_usage (
+  run_key TEXT PRIMARY KEY, job_id TEXT NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL,
+  partition TEXT NOT NULL, start TEXT NOT NULL, last_seen TEXT NOT NULL, gpus INTEGER NOT NULL,
+  allocated_gpu_h REAL NOT NULL, used_gpu_h REAL, state TEXT NOT NULL);
 """
 
 
@@ -281,7 +285,40 @@ class State:
             (cut,),
         ).rowcount
         n += self.db.execute("DELETE FROM egress WHERE ts < ?", (cut,)).rowcount
+        n += self.db.execute("DELETE FROM core_usage WHERE last_seen < ?", (cut,)).rowcount
         return int(n)
+
+    # -- core GPU usage ----------------------------------------------------------------------
+    def record_core_usage(
+        self,
+        run_key: str,
+        now: datetime,
+        *,
+        job_id: str,
+        user: str,
+        account: str,
+        partition: str,
+        start: datetime,
+        gpus: int,
+        allocated_gpu_h: float,
+        used_gpu_h: float | None,
+        state: str,
+    ) -> None:
+        self.db.execute(
+            "INSERT OR REPLACE INTO core_usage VALUES (?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                run_key, job_id, user, account, partition, iso(start), iso(now), gpus,
+                allocated_gpu_h, used_gpu_h, state,
+            ),
+        )  # fmt: skip
+
+    def core_usage(self, since: datetime) -> list[sqlite3.Row]:
+        return list(
+            self.db.execute(
+                "SELECT * FROM core_usage WHERE last_seen >= ? ORDER BY start, run_key",
+                (iso(since),),
+            )
+        )
 
     # -- kv ----------------------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:

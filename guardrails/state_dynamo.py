@@ -35,6 +35,9 @@ TTL_ATTRIBUTE = "expires_at"
 # kv flag saying a table from before these items has been indexed.
 ALERT_LAST = "alert-last"
 ALERT_LAST_INDEXED = "alert-last-indexed"
+# A ref per pending outbox row (``sk`` = its dedupe key), removed when it is sent or given up.
+OUTBOX_PENDING = "outbox-pending"
+OUTBOX_PENDING_INDEXED = "outbox-pending-indexed"
 
 
 def _conditional_failed(exc: ClientError) -> bool:
@@ -69,6 +72,7 @@ class DynamoState:
         # The resource's client takes plain Python values, also in transactions.
         self.client = table.meta.client
         self._alert_times_indexed = False
+        self._pending_indexed = False
 
     def close(self) -> None:
         """Nothing to close; present for interface parity with the SQLite store."""
@@ -227,6 +231,16 @@ class DynamoState:
                 }
             },
         ]
+        if status == "pending":
+            # ``due`` and ``outbox_depth`` read this small partition, not every alert ever sent.
+            writes.append(
+                {
+                    "Put": {
+                        "TableName": self.table.name,
+                        "Item": {"pk": OUTBOX_PENDING, "sk": dedupe_key},
+                    }
+                }
+            )
         if status != "suppressed":
             # ``last_alert`` reads this one item instead of the whole outbox partition.
             writes.append(
@@ -297,7 +311,7 @@ class DynamoState:
         at, far = iso(now), iso(horizon) if horizon is not None else "9999"
         rows = [
             r
-            for r in self.outbox_rows()
+            for r in self._pending_rows()
             if r["status"] == "pending"
             and (r["next_attempt_at"] <= at or r["next_attempt_at"] > far)
         ]
@@ -327,7 +341,55 @@ class DynamoState:
         return True
 
     def outbox_depth(self) -> int:
-        return sum(1 for r in self.outbox_rows() if r["status"] == "pending")
+        self._index_pending()
+        return sum(
+            int(page.get("Count", 0))
+            for page in self.client.get_paginator("query").paginate(
+                TableName=self.table.name,
+                KeyConditionExpression="pk = :p",
+                ExpressionAttributeValues={":p": OUTBOX_PENDING},
+                Select="COUNT",
+            )
+        )
+
+    def _pending_rows(self) -> list[Row]:
+        """The outbox rows still pending, read through their refs (BatchGetItem, 100 keys a
+        call) instead of the whole outbox partition, which keeps every alert ever sent for
+        dedupe."""
+        self._index_pending()
+        keys = [{"pk": "outbox", "sk": str(i["sk"])} for i in self._query(OUTBOX_PENDING)]
+        rows: list[Row] = []
+        for start in range(0, len(keys), 100):
+            request: dict[str, Any] = {self.table.name: {"Keys": keys[start : start + 100]}}
+            while request:
+                resp = self.client.batch_get_item(RequestItems=request)
+                rows.extend(_plain(i) for i in resp["Responses"].get(self.table.name, []))
+                request = resp.get("UnprocessedKeys") or {}
+        return rows
+
+    def _index_pending(self) -> None:
+        """A table from before the pending refs: write one for each pending row, once."""
+        if self._pending_indexed:
+            return
+        if not self.get(OUTBOX_PENDING_INDEXED):
+            with self.table.batch_writer() as batch:
+                for r in self.outbox_rows():
+                    if r["status"] == "pending":
+                        batch.put_item(Item={"pk": OUTBOX_PENDING, "sk": r["dedupe_key"]})
+            self.put(OUTBOX_PENDING_INDEXED, True)
+        self._pending_indexed = True
+
+    def _settle(self, row_id: int, update: dict[str, Any], *, still_pending: bool) -> None:
+        """One outbox row's update and its pending ref's removal, together."""
+        ref = self._outbox_key(row_id)
+        writes: list[dict[str, Any]] = [
+            {"Update": {"TableName": self.table.name, "Key": {"pk": "outbox", "sk": ref}, **update}}
+        ]
+        if not still_pending:
+            writes.append(
+                {"Delete": {"TableName": self.table.name, "Key": {"pk": OUTBOX_PENDING, "sk": ref}}}
+            )
+        self.client.transact_write_items(TransactItems=writes)
 
     def _outbox_key(self, row_id: int) -> str:
         item = self.table.get_item(Key={"pk": "outbox-id", "sk": f"{row_id:012d}"}).get("Item")
@@ -336,27 +398,35 @@ class DynamoState:
         return str(item["ref"])
 
     def mark_sent(self, row_id: int, now: datetime) -> None:
-        self.table.update_item(
-            Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
-            UpdateExpression="SET #s = :s, sent_at = :t ADD attempts :one REMOVE claimed_until",
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={":s": "sent", ":t": iso(now), ":one": 1},
+        self._settle(
+            row_id,
+            {
+                "UpdateExpression": (
+                    "SET #s = :s, sent_at = :t ADD attempts :one REMOVE claimed_until"
+                ),
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {":s": "sent", ":t": iso(now), ":one": 1},
+            },
+            still_pending=False,
         )
 
     def retry_later(self, row_id: int, when: datetime, error: str, give_up: bool) -> None:
-        self.table.update_item(
-            Key={"pk": "outbox", "sk": self._outbox_key(row_id)},
-            UpdateExpression=(
-                "SET #s = :s, next_attempt_at = :w, last_error = :e ADD attempts :one"
-                " REMOVE claimed_until"
-            ),
-            ExpressionAttributeNames={"#s": "status"},
-            ExpressionAttributeValues={
-                ":s": "failed" if give_up else "pending",
-                ":w": iso(when),
-                ":e": error,
-                ":one": 1,
+        self._settle(
+            row_id,
+            {
+                "UpdateExpression": (
+                    "SET #s = :s, next_attempt_at = :w, last_error = :e ADD attempts :one"
+                    " REMOVE claimed_until"
+                ),
+                "ExpressionAttributeNames": {"#s": "status"},
+                "ExpressionAttributeValues": {
+                    ":s": "failed" if give_up else "pending",
+                    ":w": iso(when),
+                    ":e": error,
+                    ":one": 1,
+                },
             },
+            still_pending=not give_up,
         )
 
     # -- snapshots -------------------------------------------------------------------------
@@ -416,6 +486,46 @@ class DynamoState:
             for i in sorted(items, key=lambda i: i["sk"])
             if i["sk"] < iso(before)
         ]
+
+    # -- core GPU usage (one item per job run; expires like the snapshots) -------------------
+    def record_core_usage(
+        self,
+        run_key: str,
+        now: datetime,
+        *,
+        job_id: str,
+        user: str,
+        account: str,
+        partition: str,
+        start: datetime,
+        gpus: int,
+        allocated_gpu_h: float,
+        used_gpu_h: float | None,
+        state: str,
+    ) -> None:
+        self.table.put_item(
+            Item={
+                "pk": "core-usage",
+                "sk": run_key,
+                "run_key": run_key,
+                "job_id": job_id,
+                "user": user,
+                "account": account,
+                "partition": partition,
+                "start": iso(start),
+                "last_seen": iso(now),
+                "gpus": gpus,
+                "allocated_gpu_h": _num(allocated_gpu_h),
+                "used_gpu_h": None if used_gpu_h is None else _num(used_gpu_h),
+                "state": state,
+                TTL_ATTRIBUTE: self._expires(now),
+            }
+        )
+
+    def core_usage(self, since: datetime) -> list[Row]:
+        cut = iso(since)
+        rows = [_plain(i) for i in self._query("core-usage") if i["last_seen"] >= cut]
+        return sorted(rows, key=lambda r: (r["start"], r["run_key"]))
 
     # -- kv --------------------------------------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any:

@@ -118,6 +118,30 @@ class StateStore(Protocol):
 
     def prune_snapshots(self, before: datetime, scopes: list[str]) -> int: ...
 
+    # -- core GPU usage (the core-idle rule; ``coreburst core report``) ----------------------------
+    def record_core_usage(
+        self,
+        run_key: str,
+        now: datetime,
+        *,
+        job_id: str,
+        user: str,
+        account: str,
+        partition: str,
+        start: datetime,
+        gpus: int,
+        allocated_gpu_h: float,
+        used_gpu_h: float | None,
+        state: str,
+    ) -> None:
+        """One Slurm job run's GPU-hours so far (replaces the run's earlier record):
+        ``used_gpu_h`` None where its GPUs were not all measured."""
+        ...
+
+    def core_usage(self, since: datetime) -> Sequence[Row]:
+        """The runs seen at or after ``since``: the columns above plus ``last_seen``."""
+        ...
+
     # -- key-value (breaker, caches, last cycle) -------------------------------------------------
     def get(self, key: str, default: Any = None) -> Any: ...
 

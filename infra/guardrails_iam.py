@@ -18,13 +18,15 @@ from typing import Any
 
 READ_VERBS = ("Describe", "Get", "List", "Lookup", "BatchGet", "Search")
 
-# What guardrails.state_dynamo does to its table. BatchWriteItem is the snapshot prune; the
-# outbox's TransactWriteItems needs no action of its own: each Put in it is authorized as
-# dynamodb:PutItem ("Using IAM with DynamoDB transactions", https://docs.aws.amazon.com/
+# What guardrails.state_dynamo does to its table. BatchWriteItem is the snapshot prune;
+# BatchGetItem reads the pending outbox rows through their refs. The outbox's
+# TransactWriteItems needs no action of its own: each Put, Update or Delete in it is authorized
+# as dynamodb:PutItem, UpdateItem or DeleteItem ("Using IAM with DynamoDB transactions", https://docs.aws.amazon.com/
 # amazondynamodb/latest/developerguide/transaction-apis-iam.html).
 # tests/integration/guardrails/test_lambda_iam.py records every call the Lambda makes and
 # fails if one is not granted.
 STATE_TABLE_ACTIONS = (
+    "dynamodb:BatchGetItem",
     "dynamodb:BatchWriteItem",
     "dynamodb:DeleteItem",
     "dynamodb:GetItem",

@@ -13,6 +13,7 @@ from importlib import resources
 from typing import Literal
 
 from common.telemetry import (
+    PUBLISH_INTERVAL_S,
     PUBLISHER_HEARTBEATS,
     UTILIZATION_METRICS,
     AcceleratorKind,
@@ -46,6 +47,9 @@ def neuron_publisher_command(lnc: int | None = None) -> str:
         hb.namespace,
         "--heartbeat-metric",
         hb.metric_name,
+        # once a minute (each core's peak meanwhile), whatever neuron-monitor's own period
+        "--interval",
+        str(PUBLISH_INTERVAL_S),
     ]
     if lnc is not None:
         args += ["--lnc", str(int(lnc))]

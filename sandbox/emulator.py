@@ -241,31 +241,62 @@ def publish(
     """PutMetricData one datapoint per minute per device in [start, end), plus NetworkOut.
 
     ``metric_defs`` maps kind -> (namespace, metric name, device dimension); pass the values
-    from ``common.telemetry`` so publisher and daemon share one definition.
+    from ``common.telemetry`` so publisher and daemon share one definition. Each minute's
+    device values are published again under the instance id alone, the per-instance rollup
+    the daemon decides from, the way each publisher does it: NVIDIA as the CloudWatch agent's
+    ``aggregation_dimensions`` [InstanceId] does (every GPU's value again, CloudWatch
+    aggregates them), Neuron as ``common/neuron_report.py`` does (one statistic set).
     """
     spike = spike or {}
     batches: dict[tuple[str, str], list[dict[str, Any]]] = {}
     minutes = int((end - start).total_seconds() // 60)
     for n in nodes:
         ns, name, dev_dim = metric_defs[n.kind]
+        iid = [{"Name": "InstanceId", "Value": n.instance_id}]
         for m in range(minutes):
             ts = start + timedelta(minutes=m)
+            values: list[float] = []
             for dev in range(n.devices):
                 v = _value(n.profile, dev, m)
                 if v is None:
                     continue
+                values.append(v)
                 batches.setdefault((n.region, ns), []).append(
                     {
                         "MetricName": name,
-                        "Dimensions": [
-                            {"Name": "InstanceId", "Value": n.instance_id},
-                            {"Name": dev_dim, "Value": str(dev)},
-                        ],
+                        "Dimensions": [*iid, {"Name": dev_dim, "Value": str(dev)}],
                         "Timestamp": ts,
                         "Value": v,
                         "Unit": "Percent",
                     }
                 )
+            rollup = batches.setdefault((n.region, ns), [])
+            if values and n.kind == "neuron":
+                rollup.append(
+                    {
+                        "MetricName": name,
+                        "Dimensions": iid,
+                        "Timestamp": ts,
+                        "StatisticValues": {
+                            "SampleCount": float(len(values)),
+                            "Sum": sum(values),
+                            "Minimum": min(values),
+                            "Maximum": max(values),
+                        },
+                        "Unit": "Percent",
+                    }
+                )
+            elif values:
+                rollup += [
+                    {
+                        "MetricName": name,
+                        "Dimensions": iid,
+                        "Timestamp": ts,
+                        "Value": v,
+                        "Unit": "Percent",
+                    }
+                    for v in values
+                ]
             hb = PUBLISHER_HEARTBEATS.get(n.kind)  # type: ignore[call-overload]
             if hb is not None and n.profile != "missing":
                 # our node-side publisher's heartbeat (common/neuron_report.py); a node with

@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from common.catalog import Catalog, CatalogError, Figure, load_catalog
 from common.errors import one_line as _one_line
+from common.pricing import owned_gpu_hour_usd
 from common.textio import read_text
 from tco.demand import CoreCosts, DemandHistory, size_core
 from tco.rules import RuleAdvice, Verdict, rule_of_thumb
@@ -412,6 +413,24 @@ def owned_monthly(r: Rates, nodes: int, gpu_util: float) -> float:
     return nodes * per_node
 
 
+def owned_usd_per_gpu_hour(r: Rates, gpu_util: float) -> float:
+    """$ per allocated GPU-hour of one owned node at ``gpu_util`` (0..1, for its power draw):
+    ``common.pricing.owned_gpu_hour_usd`` over ``owned_monthly``. The price the core reports
+    use (``coreburst core price``)."""
+    return owned_gpu_hour_usd(owned_monthly(r, 1, gpu_util), r.gpus_per_node, r.hours_per_month)
+
+
+def scenario_gpu_hour_price(s: Scenario, catalog: Catalog | None = None) -> float:
+    """``owned_usd_per_gpu_hour`` for a scenario's owned node at its stated utilization."""
+    if s.utilization_pct is None:
+        raise TcoError(
+            "the owned GPU-hour price needs utilization_pct (the nodes' power draw depends on "
+            "it); give gpus + utilization_pct rather than a demand_file"
+        )
+    r = resolve_rates(s, catalog or load_catalog(), load_defaults())
+    return owned_usd_per_gpu_hour(r, s.utilization_pct / 100)
+
+
 def rent_rate(r: Rates, market: str) -> float | None:
     """$ per node-hour of *work* on a pay-per-use market (spot re-run overhead included)."""
     if market == "on-demand":
@@ -537,7 +556,11 @@ def _core_costs(r: Rates, market: str) -> CoreCosts:
         )
     return CoreCosts(
         gpus_per_node=r.gpus_per_node,
-        owned_fixed_per_node_hour=(o.amortised_per_node_month + o.fixed_per_node_month) / h,
+        # the shared per-GPU-hour formula, times the node's GPUs
+        owned_fixed_per_node_hour=owned_gpu_hour_usd(
+            o.amortised_per_node_month + o.fixed_per_node_month, r.gpus_per_node, h
+        )
+        * r.gpus_per_node,
         owned_power_per_node_hour=o.power_kw * o.pue * o.usd_per_kwh,
         idle_power_fraction=o.idle_power_fraction,
         burst_per_node_hour=rate,

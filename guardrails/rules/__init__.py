@@ -1,17 +1,18 @@
 """The guardrail rule registry, and the narrow context a rule runs in.
 
 Each rule is one module here (``inventory``, ``idle_reclaim``, ``spend_limit``,
-``egress_spike``, ``budget_relay``, ``burst_reconcile``) that registers one ``Rule``: a
-kebab-case name, a description, its typed params model (the config section it reads), the IAM
-actions it calls, whether the config switches it on, and ``run(ctx)``. One registry drives
-what the daemon runs (``guardrails.daemon``, in registry order), what ``rules:`` may select
-(``config.RULE_NAMES``, checked equal below) and what the deployed role allows
-(``infra.program`` -> ``infra.guardrails_iam``). A rule sees only its ``RuleContext``, never the
-daemon.
+``egress_spike``, ``budget_relay``, ``burst_reconcile``, ``core_idle``) that registers one
+``Rule``: a kebab-case name, a description, its typed params model (the config section it
+reads), the IAM actions it calls, whether the config switches it on, and ``run(ctx)``. One
+registry drives what the daemon runs (``guardrails.daemon``, in registry order), what
+``rules:`` may select (``config.RULE_NAMES``, checked equal below) and what the deployed role
+allows (``infra.program`` -> ``infra.guardrails_iam``). A rule sees only its ``RuleContext``,
+never the daemon.
 
     >>> from guardrails.rules import REGISTRY, iam_actions
-    >>> list(REGISTRY)
-    ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay', 'burst-reconcile']
+    >>> list(REGISTRY)  # doctest: +NORMALIZE_WHITESPACE
+    ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay',
+     'burst-reconcile', 'core-idle']
     >>> "ec2:StopInstances" in REGISTRY["idle-reclaim"].iam_actions
     True
 """
@@ -139,13 +140,22 @@ def iam_actions() -> list[str]:
 from guardrails.rules import (  # noqa: E402  (the modules register into REGISTRY above)
     budget_relay,
     burst_reconcile,
+    core_idle,
     egress_spike,
     idle_reclaim,
     inventory,
     spend_limit,
 )
 
-for _module in (inventory, idle_reclaim, spend_limit, egress_spike, budget_relay, burst_reconcile):
+for _module in (
+    inventory,
+    idle_reclaim,
+    spend_limit,
+    egress_spike,
+    budget_relay,
+    burst_reconcile,
+    core_idle,
+):
     register(_module.RULE)
 
 if set(REGISTRY) != set(RULE_NAMES):  # config's vocabulary and the registry are one list

@@ -9,6 +9,20 @@ burst resume/suspend programs (burst/power.py), every cycle, through the actuato
 * **Lost instances**: a Slurm CLOUD node that is up (not powered down, not powering up) with no
   pending or running instance is powered down (``scontrol update state=power_down_force``), so
   its jobs requeue now. Core nodes have no CLOUD flag and are never touched.
+* **Duplicates**: two or more live instances tagged with one node that Slurm has up (a resume
+  retried after a crash between CreateFleet and tagging, or a tag written twice): the one
+  whose private IP is the node's ``NodeAddr`` is Slurm's; the others are terminated once past
+  ``orphan_timeout``. When no instance (or more than one) has that address, all are left and
+  the audit says why.
+* **Spend holds** (``spend_scope``): the resume program's spend gate holds nodes in
+  ``coreburst-spend-<USD>usd-...`` reservations; each one whose projected cost fits what the
+  scope has left (guardrails.yaml ``spend.scopes``, the state's latest snapshot) is deleted
+  (cheapest first), so Slurm resumes the nodes and the gate checks again. With
+  ``burst_audit_log``, Slack says which jobs each hold keeps waiting and why.
+* **Idle reclaim** of an instance tagged with a Slurm node (:func:`reclaim_slurm_node`, called
+  by the idle-reclaim rule): never stopped or terminated through EC2; Slurm is asked to power
+  the node down once no job holds it (``State=POWER_DOWN``), and its SuspendProgram ends the
+  instance.
 * **Guard**: an instance under a node Slurm reports busy (ALLOCATED, MIXED, COMPLETING) is
   never terminated; Slurm is read again right before terminating.
 * **Pool holds** (with ``burst_audit_log``, the resume program's audit log): a pool (cluster)
@@ -16,7 +30,7 @@ burst resume/suspend programs (burst/power.py), every cycle, through the actuato
   reservation ``coreburst-backoff-<pool>-<ms>`` that ends by itself); a pool with
   ``bootstrap_failures_before_protect`` resume-fail events (nodes that never registered) within
   ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
-  deletes it (``scontrol delete reservation ...``).
+  deletes it (``scontrol delete reservation ...``). Slack says so for each hold placed.
 * **Heartbeat**: after each completed pass, ``heartbeat_file`` is replaced atomically with the
   time; the resume program refuses to launch when it is stale.
 
@@ -38,9 +52,21 @@ from pathlib import Path
 from typing import Any
 
 from common.textio import TextFileError, read_text
+from guardrails import messages
 from guardrails.config import BurstReconcileConfig
+from guardrails.idle import Decision
+from guardrails.model import Node
 from guardrails.rules import Rule, RuleContext
-from guardrails.slurm import Scontrol, SlurmError, SlurmNode
+from guardrails.slurm import (
+    Scontrol,
+    SlurmError,
+    SlurmNode,
+    delete_reservation,
+    parse_spend_holds,
+    power_down_when_idle,
+    releasable,
+    spend_left,
+)
 from guardrails.state import iso
 
 # Instances that may still cost money or hold a node name; pending/running count as live.
@@ -154,6 +180,7 @@ class Instance:
     launch_time: datetime
     node: str | None
     asg: bool = False
+    private_ip: str | None = None
 
 
 @dataclass
@@ -161,6 +188,42 @@ class Plan:
     terminate: list[tuple[Instance, str]] = field(default_factory=list)
     power_down: list[tuple[SlurmNode, str]] = field(default_factory=list)
     guarded: list[tuple[Instance, str]] = field(default_factory=list)
+    # Of ``terminate``: duplicates of the instance at the node's NodeAddr (by instance id).
+    duplicates: dict[str, str] = field(default_factory=dict)
+
+
+def _duplicates(
+    instances: list[Instance], nodes: dict[str, SlurmNode], now: datetime, timeout: timedelta
+) -> Plan:
+    """Live instances beyond the one Slurm uses for an up node (by its NodeAddr)."""
+    out = Plan()
+    by_node: dict[str, list[Instance]] = {}
+    for i in instances:
+        if i.node is not None and i.state in LIVE_STATES:
+            by_node.setdefault(i.node, []).append(i)
+    for name, group in sorted(by_node.items()):
+        sn = nodes.get(name)
+        if len(group) < 2 or sn is None or sn.powered_down or sn.powering_up:
+            continue  # a powered-down node's instances are all orphans (plan below)
+        addr = sn.fields.get("NodeAddr", "")
+        keep = [i for i in group if i.private_ip and i.private_ip == addr]
+        if len(keep) != 1:
+            for i in group:
+                out.guarded.append(
+                    (
+                        i,
+                        f"{len(group)} instances for node {name}, {len(keep)} at its NodeAddr "
+                        f"{addr or '?'}: left for an operator",
+                    )
+                )
+            continue
+        for i in group:
+            if i is keep[0] or now - i.launch_time < timeout:
+                continue
+            why = f"duplicate of {keep[0].instance_id} for node {name} (Slurm's NodeAddr {addr})"
+            out.terminate.append((i, why))
+            out.duplicates[i.instance_id] = addr
+    return out
 
 
 def plan(
@@ -198,6 +261,10 @@ def plan(
         if not sn.cloud or sn.powered_down or sn.powering_up or sn.name in live_nodes:
             continue
         out.power_down.append((sn, "no pending or running instance"))
+    dup = _duplicates(instances, nodes, now, timeout)
+    out.terminate += dup.terminate
+    out.guarded += dup.guarded
+    out.duplicates = dup.duplicates
     return out
 
 
@@ -221,6 +288,7 @@ def _instances(ec2: Any, region: str, p: BurstReconcileConfig) -> list[Instance]
                         inst["LaunchTime"],
                         tags.get(p.node_tag_key),
                         ASG_TAG in tags,
+                        inst.get("PrivateIpAddress"),
                     )
                 )
     return out
@@ -264,7 +332,7 @@ def _hold_pools(
             continue
         ctx.actuator.audit("burst.hold", pool=h.pool, reservation=h.reservation, why=h.why)
         try:
-            ctx.actuator.execute(
+            placed = ctx.actuator.execute(
                 h.key,
                 h.reservation,
                 "slurm",
@@ -280,6 +348,121 @@ def _hold_pools(
                 "action.failed", key=h.key, instance_id=h.reservation, error=str(exc)
             )
             ctx.report.errors.append(f"burst-reconcile: {exc}")
+            continue
+        if placed:
+            ctx.alert(
+                messages.burst_pool_held(h.pool, h.reservation, targets, h.why, h.minutes),
+                timedelta(0),
+            )
+
+
+def _release_spend_holds(ctx: RuleContext, slurm: Scontrol, text: str) -> None:
+    """Delete each spend-gate hold that fits what the scope has left (through the actuator:
+    dry-run, lease, kill switch, cap, audit). ``text``: ``scontrol -o show reservation``."""
+    p = ctx.cfg.burst_reconcile
+    holds = parse_spend_holds(text)
+    if p.spend_scope is None or not holds:
+        return
+    scope = next(s for s in ctx.cfg.spend.scopes if s.name == p.spend_scope)  # validated
+    now = ctx.clock.now()
+    left = spend_left(
+        scope.daily_limit_usd,
+        scope.monthly_limit_usd,
+        ctx.state.last_spend(scope.name),
+        now=now,
+        max_age=p.spend_snapshot_max_age,
+        scope=scope.name,
+    )
+    if isinstance(left, str):
+        for h in holds:
+            ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=left)
+        return
+    release, keep = releasable(holds, left)
+    for h, why in keep:
+        ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=why)
+    for h in release:
+        key = f"burst-spend-release:{h.name}"
+        try:
+            done = ctx.actuator.execute(
+                key,
+                h.name,
+                "slurm",
+                "release",
+                reason=f"spend scope {scope.name} has room for ${h.cost_usd:,.0f}: "
+                + ", ".join(f"${v:,.0f} left {k}" for k, v in left.items()),
+                call=lambda h=h: delete_reservation(slurm, h.name),  # type: ignore[misc]
+            )
+        except SlurmError as exc:
+            ctx.state.drop_intent(key)
+            ctx.actuator.audit("action.failed", key=key, instance_id=h.name, error=str(exc))
+            ctx.report.errors.append(f"burst-reconcile: {exc}")
+            continue
+        if done:
+            ctx.alert(messages.burst_spend_released(h.name, h.nodes, left), timedelta(0))
+
+
+def _alert_spend_holds(ctx: RuleContext, events: list[dict[str, Any]], text: str) -> None:
+    """Slack for each spend hold the resume program placed that is still in place: which
+    jobs wait and why (deduplicated on the reservation)."""
+    current = {h.name for h in parse_spend_holds(text)}
+    scope = ctx.cfg.burst_reconcile.spend_scope or "?"
+    for e in events:
+        resv = str(e.get("reservation") or "")
+        if e.get("event") != "resume.held" or resv not in current:
+            continue
+        jobs = [str(j) for j in e.get("jobs") or [] if isinstance(j, int | str)]
+        ctx.alert(
+            messages.burst_spend_held(
+                resv,
+                str(e.get("nodes", "")),
+                jobs,
+                str(e.get("reason", "")),
+                cost_usd=float(e.get("cost_usd") or 0.0),
+                scope=scope,
+            ),
+            timedelta(0),
+        )
+
+
+def reclaim_slurm_node(ctx: RuleContext, n: Node, d: Decision) -> bool:
+    """For the idle-reclaim rule, before it acts: True when ``n`` is a burst node (its
+    instance carries the Slurm node tag the resume program sets), which idle reclaim must not
+    stop or terminate through EC2 (a slurmd runs there). Instead Slurm is asked to power the
+    node down once no job holds it (``State=POWER_DOWN``: a running job is never killed; the
+    SuspendProgram then ends the instance), through the actuator's gate. Without the
+    burst-reconcile rule (no scontrol here) the node is left to Slurm's SuspendTime."""
+    p = ctx.cfg.burst_reconcile
+    node = n.tags.get(p.node_tag_key)
+    if not node:
+        return False
+    act = ctx.actuator
+    if not p.enabled:
+        act.audit(
+            "reclaim.left-to-slurm",
+            instance_id=n.instance_id,
+            node=node,
+            why="a Slurm burst node; burst-reconcile is off, so Slurm's SuspendTime powers it down",
+        )
+        return True
+    slurm = Scontrol(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
+    key = f"reclaim-slurm:{n.instance_id}:{iso(d.marked_at) if d.marked_at else ''}"
+    try:
+        done = act.execute(
+            key,
+            node,
+            "slurm",
+            "power-down-when-idle",
+            reason=f"{d.reason}; instance {n.instance_id} runs slurmd for {node}",
+            call=lambda: power_down_when_idle(slurm, [node]),
+        )
+    except SlurmError as exc:
+        ctx.state.drop_intent(key)
+        act.audit("action.failed", key=key, instance_id=node, error=str(exc))
+        ctx.report.errors.append(f"idle-reclaim: {exc}")
+        return True
+    if done:
+        ctx.state.remove_mark(n.instance_id)
+    return True
 
 
 def run(ctx: RuleContext) -> None:
@@ -298,7 +481,17 @@ def run(ctx: RuleContext) -> None:
         fresh = slurm.nodes()  # a node may have been resumed and taken a job meanwhile
     for inst, why in todo.terminate:
         sn = fresh.get(inst.node) if inst.node else None
-        if sn is not None and (sn.busy or not sn.powered_down):
+        if inst.instance_id in todo.duplicates:
+            addr = sn.fields.get("NodeAddr") if sn is not None else None
+            if sn is None or sn.powered_down or addr != todo.duplicates[inst.instance_id]:
+                ctx.actuator.audit(
+                    "burst.guarded",
+                    instance_id=inst.instance_id,
+                    node=inst.node,
+                    why=f"duplicate, but node {inst.node} changed since (NodeAddr {addr})",
+                )
+                continue
+        elif sn is not None and (sn.busy or not sn.powered_down):
             ctx.actuator.audit(
                 "burst.guarded",
                 instance_id=inst.instance_id,
@@ -306,8 +499,9 @@ def run(ctx: RuleContext) -> None:
                 why=f"node {sn.name} is now {'+'.join(sorted(sn.states))}",
             )
             continue
+        kind = "duplicate" if inst.instance_id in todo.duplicates else "orphan"
         ctx.actuator.audit(
-            "burst.orphan",
+            f"burst.{kind}",
             instance_id=inst.instance_id,
             node=inst.node,
             why=why,
@@ -319,7 +513,7 @@ def run(ctx: RuleContext) -> None:
             inst.instance_id,
             inst.region,
             "terminate",
-            reason=f"burst orphan: {why}",
+            reason=f"burst {kind}: {why}",
             call=lambda ec2=ec2, iid=inst.instance_id: _terminate(ec2, iid),  # type: ignore[misc]
         )
     for sn, why in todo.power_down:
@@ -338,13 +532,20 @@ def run(ctx: RuleContext) -> None:
             ctx.state.drop_intent(key)
             ctx.actuator.audit("action.failed", key=key, instance_id=sn.name, error=str(exc))
             ctx.report.errors.append(f"burst-reconcile: {exc}")
+    events: list[dict[str, Any]] = []
     if p.burst_audit_log is not None:
         try:
             events = read_events(p.burst_audit_log)
         except TextFileError as exc:  # the rest of the pass (and the heartbeat) still runs
-            events = []
             ctx.report.errors.append(f"burst-reconcile: {exc}")
         _hold_pools(ctx, slurm, nodes, holds(events, now, p))
+    try:
+        resv_text = slurm.run("-o", "show", "reservation")
+    except SlurmError as exc:
+        ctx.report.errors.append(f"burst-reconcile: {exc}")
+    else:
+        _alert_spend_holds(ctx, events, resv_text)  # before the release: the wait is news
+        _release_spend_holds(ctx, slurm, resv_text)
     ctx.actuator.audit(
         "burst.reconciled",
         slurm_nodes=len(nodes),
@@ -365,8 +566,9 @@ def run(ctx: RuleContext) -> None:
 RULE = Rule(
     name="burst-reconcile",
     description=(
-        "Terminate burst instances Slurm has no (powered-up) node for, power down Slurm cloud "
-        "nodes whose instance is gone, never touch a busy node; write a heartbeat."
+        "Terminate burst instances Slurm has no (powered-up) node for and duplicates of a "
+        "node's instance, power down Slurm cloud nodes whose instance is gone, never touch a "
+        "busy node, lift spend-gate holds when the scope has room; write a heartbeat."
     ),
     params=BurstReconcileConfig,
     iam_actions=("ec2:DescribeInstances", "ec2:TerminateInstances"),
@@ -375,6 +577,6 @@ RULE = Rule(
     run=run,
     example=(
         "burst_reconcile: {enabled: true, stack: prod, orphan_timeout: 15m, "
-        "heartbeat_file: /var/lib/coreburst/reconciler.heartbeat}"
+        "spend_scope: account, heartbeat_file: /var/lib/coreburst/reconciler.heartbeat}"
     ),
 )

@@ -10,7 +10,10 @@ the decision (tag, alert, act) and reports.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -18,7 +21,15 @@ from common.catalog import Catalog, CatalogError, load_catalog
 from common.telemetry import NEURON_LNC_TAG
 from guardrails import aws, messages
 from guardrails.config import GuardrailsConfig, IdleConfig
-from guardrails.idle import Decision, IdleParams, Utilization, assess_utilization, decide
+from guardrails.idle import (
+    Decision,
+    DeviceStat,
+    IdleParams,
+    Utilization,
+    assess_rollup,
+    assess_utilization,
+    decide,
+)
 from guardrails.model import DeviceSeries, Node
 from guardrails.rules import Rule, RuleContext
 from guardrails.state import iso, parse_iso
@@ -79,40 +90,128 @@ def utilization(
     *,
     catalog: Catalog | None = None,
 ) -> dict[str, Utilization]:
-    """Each node's utilization over the window (``unknown`` where it could not be read)."""
+    """Each node's utilization over the window (``unknown`` where it could not be read): from
+    the per-instance rollup where its family's metric has one (``idle.metrics.<kind>.rollup``),
+    else from every per-device series."""
     out: dict[str, Utilization] = {}
     params = idle_params(cfg)
+    spp = aws.samples_per_period(cfg.idle)
     for region in sorted({n.region for n in nodes}):
         rn = [n for n in nodes if n.region == region]
         cw = clients.client("cloudwatch", region)
-        series, errors = aws.fetch_utilization(cw, rn, cfg.idle, now, cache)
-        for n in rn:
-            if n.instance_id in errors:
-                out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
-                continue
-            s: DeviceSeries = series.get(n.instance_id, {})
-            expected = expected_series(n, cfg, catalog)
-            out[n.instance_id] = assess_utilization(s, expected, now, params)
+
+        def rolled(n: Node) -> bool:
+            m = cfg.idle.metrics.get(n.accelerator_kind)
+            return m is None or m.rollup
+
+        by_rollup = [n for n in rn if rolled(n)]
+        per_device = [n for n in rn if not rolled(n)]
+        if by_rollup:
+            periods, errors = aws.fetch_rollups(cw, by_rollup, cfg.idle, now, cache)
+            for n in by_rollup:
+                if n.instance_id in errors:
+                    out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
+                    continue
+                expected = expected_series(n, cfg, catalog)
+                out[n.instance_id] = assess_rollup(
+                    periods.get(n.instance_id, []), expected, now, params, spp
+                )
+        if per_device:
+            series, errors = aws.fetch_utilization(cw, per_device, cfg.idle, now, cache)
+            for n in per_device:
+                if n.instance_id in errors:
+                    out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
+                    continue
+                s: DeviceSeries = series.get(n.instance_id, {})
+                expected = expected_series(n, cfg, catalog)
+                out[n.instance_id] = assess_utilization(s, expected, now, params)
     return out
 
 
+def per_device_stats(
+    clients: aws.Aws, cfg: GuardrailsConfig, node: Node, now: datetime
+) -> list[DeviceStat]:
+    """Every accelerator's own series over the window (``explain``; the decision itself reads
+    the rollup): one row per device found, or one row saying why none could be read."""
+    cw = clients.client("cloudwatch", node.region)
+    series, errors = aws.fetch_utilization(cw, [node], cfg.idle, now)
+    if node.instance_id in errors:
+        return [DeviceStat(f"per-device: {errors[node.instance_id]}", None, 0, None, None, None)]
+    got = series.get(node.instance_id, {})
+    if not got:
+        return [DeviceStat("per-device: no series found", None, 0, None, None, None)]
+    return assess_utilization(got, len(got), now, idle_params(cfg)).devices
+
+
+def _marked_at(n: Node, marks: Mapping[str, Any], mark_tag: str) -> datetime | None:
+    row = marks.get(n.instance_id)
+    marked_at = parse_iso(row["marked_at"]) if row else None
+    if marked_at is None and mark_tag in n.tags:
+        try:  # the tag survives a lost state file
+            marked_at = parse_iso(n.tags[mark_tag])
+        except ValueError:
+            marked_at = None
+    return marked_at
+
+
 def run(ctx: RuleContext) -> None:
+    """Read utilization every ``idle.every`` (not every cycle: GetMetricData bills per metric
+    requested), decide and act. On a cycle in between, a node whose grace has run out is read
+    fresh and decided at once (an action is delayed by at most one cycle, never skipped); the
+    others keep their last decision in the report, and nothing else is read, tagged or sent.
+    Before any reclaim the node's whole window is read again without the cached periods, so an
+    action never rests on a window pieced together from earlier reads alone."""
     now = ctx.clock.now()
     params = idle_params(ctx.cfg)
-    utils = utilization(ctx.aws, ctx.cfg, ctx.nodes, now, ctx.series_cache, catalog=ctx.catalog)
+    cache = ctx.series_cache
     marks = ctx.state.marks()
     mark_tag = ctx.cfg.reclaim.mark_tag
+    mark_times = {n.instance_id: _marked_at(n, marks, mark_tag) for n in ctx.nodes}
     report = ctx.report
+    due = cache.idle_due(now, ctx.cfg.idle.every)
+    if due:
+        todo = list(ctx.nodes)
+        utils = utilization(ctx.aws, ctx.cfg, todo, now, cache, catalog=ctx.catalog)
+    else:
+        todo = [
+            n
+            for n in ctx.nodes
+            if (m := mark_times[n.instance_id]) is not None and now >= m + params.grace
+        ]
+        utils = utilization(ctx.aws, ctx.cfg, todo, now, None, catalog=ctx.catalog) if todo else {}
+    decisions = {
+        n.instance_id: decide(n, utils[n.instance_id], mark_times[n.instance_id], now, params)
+        for n in todo
+    }
+    ripe = [n for n in todo if decisions[n.instance_id].step == "act"]
+    if due and ripe:
+        fresh = utilization(ctx.aws, ctx.cfg, ripe, now, None, catalog=ctx.catalog)
+        for n in ripe:
+            decisions[n.instance_id] = decide(
+                n, fresh[n.instance_id], mark_times[n.instance_id], now, params
+            )
+    if due:
+        cache.idle_read_at = now
+        cache.idle_decisions = dict(decisions)
+    else:
+        cache.idle_decisions.update(decisions)
     digests: dict[str, _Digest] = {}
     for n in ctx.nodes:
-        row = marks.get(n.instance_id)
-        marked_at = parse_iso(row["marked_at"]) if row else None
-        if marked_at is None and mark_tag in n.tags:
-            try:  # the tag survives a lost state file
-                marked_at = parse_iso(n.tags[mark_tag])
-            except ValueError:
-                marked_at = None
-        d = decide(n, utils[n.instance_id], marked_at, now, params)
+        d = decisions.get(n.instance_id)
+        if d is None:
+            last = cache.idle_decisions.get(n.instance_id)
+            if last is None:
+                last = decide(
+                    n,
+                    Utilization("unknown", "not read yet (utilization is read every idle.every)"),
+                    mark_times[n.instance_id],
+                    now,
+                    params,
+                )
+            # as last read; no step is taken between reads
+            report.decisions.append(replace(last, step="none"))
+            report.states[last.state] += 1
+            continue
         report.decisions.append(d)
         report.states[d.state] += 1
         ctx.actuator.audit(
@@ -144,7 +243,7 @@ def run(ctx: RuleContext) -> None:
     for st in ("idle", "busy", "unknown"):
         ctx.metrics.nodes.labels(st).set(report.states.get(st, 0))
     blind = [d for d in report.decisions if d.state == "unknown"]
-    if blind:
+    if blind and due:
         ctx.alert(messages.blind(blind), timedelta(hours=6))
 
 
@@ -198,6 +297,10 @@ def _apply(ctx: RuleContext, n: Node, d: Decision, digests: dict[str, _Digest]) 
         act.audit("unmark", instance_id=n.instance_id, reason=d.reason)
         digest[2].append((n, d))
     elif d.step == "act":
+        from guardrails.rules.burst_reconcile import reclaim_slurm_node
+
+        if reclaim_slurm_node(ctx, n, d):  # a slurmd runs there: Slurm powers it down
+            return
         key = f"reclaim:{n.instance_id}:{iso(d.marked_at) if d.marked_at else ''}"
         asg = ctx.aws.client("autoscaling", n.region)
         ok = act.execute(

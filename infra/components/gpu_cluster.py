@@ -272,11 +272,15 @@ class GpuCluster(pulumi.ComponentResource):
             aws.autoscaling.GroupTagArgs(key=k, value=v, propagate_at_launch=True)
             for k, v in sorted(args.instance_tags.items())
         ]
+        # On a burst stack Slurm starts the nodes (the resume program's CreateFleet on this
+        # launch template, each instance tagged with its node name): an ASG instance would get
+        # no node tag and never join Slurm, so the group is kept at 0 and cannot grow.
+        size = 0 if args.slurm_join is not None else c.nodes
         self.asg = aws.autoscaling.Group(
             f"{name}-asg",
             min_size=0,
-            max_size=max(c.nodes, 1),
-            desired_capacity=c.nodes,
+            max_size=max(size, 1) if args.slurm_join is None else 0,
+            desired_capacity=size,
             vpc_zone_identifiers=[args.subnet_id],
             launch_template=launch_template,
             mixed_instances_policy=mixed,

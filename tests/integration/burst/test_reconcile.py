@@ -10,6 +10,7 @@ an orphan. One daemon cycle, its clock an hour ahead so both instances are past
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -17,7 +18,7 @@ import pytest
 from guardrails.aws import Aws
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.slurm import Scontrol
+from guardrails.slurm import Scontrol, power_down_when_idle
 from guardrails.state import State
 from sandbox.clocks import FakeClock
 from sandbox.emulator import AMI, fake_session
@@ -114,3 +115,35 @@ def test_one_cycle_terminates_the_orphan_and_spares_the_busy_node(burst_lab: Bur
         slurm.run("scancel", job, check=False)
         for resv in ("coreburst-backoff-od-1", "coreburst-protect-od"):
             slurm.run("scontrol", "delete", f"ReservationName={resv}", check=False)
+
+
+def test_power_down_when_idle_waits_for_the_running_job(burst_lab: BurstLab) -> None:
+    """What idle reclaim asks of Slurm for a burst node (guardrails.slurm.power_down_when_idle,
+    ``scontrol update state=power_down``) on the real slurmctld: the running job is not killed;
+    once it ends, Slurm powers the node down and its SuspendProgram terminates the instance."""
+    lab, slurm = burst_lab, burst_lab.slurm
+    job = slurm.run(
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "burst", "-w", "od-1", "--exclusive",
+        "-N1", "-t", "10", "--wrap", "sleep 12",
+    ).stdout.strip().split(";")[0]  # fmt: skip
+    try:
+        lab.wait("job running on od-1", lambda: slurm.job_state(job) == ("RUNNING", "od-1"), 60)
+        (iid,) = lab.instances("od-1")
+        power_down_when_idle(Scontrol(conf=slurm.conf), ["od-1"])
+        time.sleep(3)
+        assert slurm.job_state(job) == ("RUNNING", "od-1")
+        assert "POWER" in slurm.node_state("od-1")  # marked to power down, job untouched
+        assert _state(lab, iid) == "running"
+        lab.wait("job completed", lambda: slurm.job_state(job)[0] == "GONE", 30)
+        lab.wait(
+            "od-1 powered down, instance terminated",
+            lambda: (
+                "POWERED_DOWN" in slurm.node_state("od-1")
+                and _state(lab, iid) in ("shutting-down", "terminated")
+            ),
+            30,
+        )
+        state = slurm.run("sacct", "-n", "-X", "-j", job, "-o", "State", check=False).stdout
+        assert "CANCELLED" not in state and "NODE_FAIL" not in state
+    finally:
+        slurm.run("scancel", job, check=False)

@@ -4,8 +4,12 @@ guardrails daemon's own SQLite state (guardrails.state.State) as the spend sourc
 A job whose projected cost (1 node x p5.48xlarge on-demand $/h from the catalog x its 60 min
 time limit) exceeds what the scope has left today is not launched: the resume program sets its
 node into a MAINT reservation (so slurmctld stops asking for it), sets it DOWN (the job
-requeues) and powers it down. When the limit rises, ``Power.release_spend_holds`` deletes the
-reservation, slurmctld runs the resume program again, and the job runs on a burst node.
+requeues) and powers it down. The limit and scope come from the guardrails daemon's config
+(guardrails.yaml, the gate's one source). A daemon cycle (``Daemon.run_cycle``, what its
+schedule runs every ``interval``; the burst-reconcile rule under its lease, kill switch and
+audit) keeps the hold while the scope has no room, and says in Slack which job waits; once the
+limit rises it deletes the reservation, slurmctld runs the resume program again, and the job
+runs on a burst node.
 """
 
 from __future__ import annotations
@@ -17,11 +21,14 @@ from pathlib import Path
 
 import pytest
 
-from burst.config import load_burst_stack
-from burst.power import SPEND_HOLD_RESERVATION, Audit, Power, Scontrol
+from burst.power import SPEND_HOLD_RESERVATION
 from common.catalog import load_catalog
 from common.pricing import instance_rate
+from guardrails.aws import Aws
+from guardrails.config import load_config
+from guardrails.daemon import Daemon
 from guardrails.state import State
+from sandbox.emulator import fake_session
 from sandbox.slurmlab import BurstLab
 
 pytestmark = pytest.mark.integration
@@ -37,13 +44,46 @@ def _job(lab: BurstLab, job: str) -> dict[str, str]:
     return dict(t.partition("=")[::2] for t in out.split() if "=" in t)
 
 
-def _set_gate(stack_file: Path, original: str, state: Path, daily_limit: float) -> None:
-    gate = f"    spendGate: {{statePath: {state}, scope: account, dailyLimitUsd: {daily_limit}}}\n"
-    stack_file.write_text(original + gate)
+def _set_gate(lab: BurstLab, original: str, state: Path, daily_limit: float) -> Path:
+    """guardrails.yaml (the daemon's config; the gate reads its scope, limit and state from it)
+    and the stack's spendGate pointing at it."""
+    slurm = lab.slurm
+    gcfg = slurm.lab / "guardrails.yaml"
+    gcfg.write_text(
+        "rules: [burst-reconcile]\ndry_run: false\n"
+        f"aws: {{endpoint_url: {lab.moto.url}}}\n"
+        f'state: {{path: "{state}", audit_log: "{slurm.lab}/log/g-audit.jsonl"}}\n'
+        "metrics_endpoint: {enabled: false}\n"
+        f'safety: {{kill_switch_file: "{slurm.lab}/stop"}}\n'
+        f"spend: {{scopes: [{{name: account, daily_limit_usd: {daily_limit}}}]}}\n"
+        "burst_reconcile: {enabled: true, stack: lab, spend_scope: account, "
+        f'slurm_conf: "{slurm.conf}", burst_audit_log: "{slurm.lab}/log/burst-audit.jsonl"}}\n'
+    )
+    (slurm.lab / "Pulumi.lab.yaml").write_text(
+        original + f"    spendGate: {{guardrailsConfig: {gcfg}}}\n"
+    )
+    return gcfg
+
+
+def _daemon_cycle(gcfg: Path) -> list[dict[str, object]]:
+    """One cycle of the guardrails daemon with that config; its audit events of the cycle."""
+    cfg = load_config(gcfg)
+    before = cfg.state.audit_log.read_text().count("\n") if cfg.state.audit_log.exists() else 0
+    state = State(cfg.state.path)
+    d = Daemon(cfg, Aws(cfg.aws, fake_session()), state)
+    try:
+        report = d.run_cycle()
+        outbox = [json.loads(r["payload"]) | {"key": r["dedupe_key"]} for r in state.outbox_rows()]
+    finally:
+        d.close()
+        state.close()
+    assert report.errors == []
+    lines = cfg.state.audit_log.read_text().splitlines()[before:]
+    return [json.loads(x) for x in lines] + [{"event": "outbox", "rows": outbox}]
 
 
 def test_gate_holds_then_releases_when_the_limit_rises(
-    burst_lab: BurstLab, monkeypatch: pytest.MonkeyPatch
+    burst_lab: BurstLab,
 ) -> None:
     lab, slurm = burst_lab, burst_lab.slurm
     rate, _ = instance_rate(load_catalog(), "p5.48xlarge", "us-east-1", "on-demand")
@@ -55,7 +95,7 @@ def test_gate_holds_then_releases_when_the_limit_rises(
     stack_file = slurm.lab / "Pulumi.lab.yaml"
     original = stack_file.read_text()
     # One hour of one node does not fit what is left today (half an hour's worth).
-    _set_gate(stack_file, original, state_path, spent + rate / 2)
+    gcfg = _set_gate(lab, original, state_path, spent + rate / 2)
     job = ""
     try:
         job = slurm.run(
@@ -107,26 +147,27 @@ def test_gate_holds_then_releases_when_the_limit_rises(
         assert _job(lab, job)["JobState"] == "PENDING"
         assert lab.instances(node) == [] and lab.instances(other) == []
 
-        monkeypatch.setenv("SLURM_CONF", str(slurm.conf))
-        power = Power(
-            load_burst_stack("lab", slurm.lab),
-            lab.ec2,
-            Scontrol(),
-            Audit(slurm.lab / "log" / "burst-audit.jsonl"),
-        )
-        assert power.release_spend_holds() == []  # still no room: the hold stays
+        # The daemon's scheduled cycle: no room yet, so the holds stay; Slack says who waits.
+        events = _daemon_cycle(gcfg)
+        kept = [e for e in events if e["event"] == "burst.spend-kept"]
+        assert len(kept) == 2 and all("projected >" in str(e["why"]) for e in kept)
         assert resv in slurm.run("scontrol", "show", "reservation").stdout
+        rows = events[-1]["rows"]
+        assert isinstance(rows, list)
+        told = [r for r in rows if str(r["key"]).startswith("burst-held:")]
+        assert len(told) == 2 and f"Jobs waiting: {job}" in json.dumps(told)
 
-        _set_gate(stack_file, original, state_path, spent + rate * 3)
-        power = Power(
-            load_burst_stack("lab", slurm.lab),
-            lab.ec2,
-            Scontrol(),
-            Audit(slurm.lab / "log" / "burst-audit.jsonl"),
-        )
-        assert sorted(power.release_spend_holds()) == ["od-1", "od-2"]
+        # The limit rises in guardrails.yaml: the next cycle lifts both holds itself.
+        _set_gate(lab, original, state_path, spent + rate * 3)
+        store = State(state_path)  # the spend rule's next snapshot (same spend, fresh time)
+        store.add_spend(datetime.now(UTC), "account", burn=0.0, today=spent, mtd=spent, proj=0)
+        store.db.close()
+        events = _daemon_cycle(gcfg)
+        released = [e for e in events if e["event"] == "action.executed"]
+        assert {e["kind"] for e in released} == {"release"} and len(released) == 2
+        assert resv in {e["instance_id"] for e in released}
         assert resv not in slurm.run("scontrol", "show", "reservation").stdout
-        assert any(e["event"] == "spend.released" for e in _audit(lab))
+        assert SPEND_HOLD_RESERVATION not in slurm.run("scontrol", "show", "reservation").stdout
         # The second hold requeued the job again (BeginTime 70 s ahead once more).
         slurm.run("scontrol", "update", f"jobid={job}", "starttime=now")
         lab.wait("job done on a burst node", lambda: _job(lab, job)["JobState"] == "COMPLETED", 90)

@@ -306,7 +306,8 @@ def test_sigkilled_invocation_blocks_one_interval_and_its_intent_is_recovered(
     iid = node.instance_id
     assert invoke(t0, "req-1")["errors"] == []  # marks it
     t_act = t0 + timedelta(minutes=21)  # past the 20 min grace
-    stack.publish([node], t0, t_act + timedelta(minutes=5))
+    # idle_node published 30 minutes past t0 already; publishing those minutes again would
+    # double each period's rollup SampleCount (a second publisher), which reads as blind
     _killed_invocation(stack, t_act, "after-intent", tmp_path / "paused")
     store = DynamoState(stack.table)
     assert [r["instance_id"] for r in store.pending_intents()] == [iid]

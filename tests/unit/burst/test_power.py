@@ -15,10 +15,11 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
+import yaml
 from botocore.validate import ParamValidator
 from moto import mock_aws
 
-from burst.config import BurstStack, load_burst_stack, parse_burst
+from burst.config import BurstStack, SpendGate, gate_limits, load_burst_stack, parse_burst
 from burst.power import (
     FLEET_BATCH,
     Audit,
@@ -31,7 +32,9 @@ from burst.power import (
 from burst.slurmconf import node_sets
 from common.catalog import load_catalog
 from common.pricing import instance_rate
+from guardrails.slurm import parse_spend_holds, releasable
 from guardrails.state import State
+from infra.config import StackConfigError
 from tests.unit.burst.conftest import stack_map
 
 AMI = "ami-12c6146b"  # one of moto's built-in images
@@ -340,7 +343,32 @@ class AnsweringSlurm(RecordingSlurm):
         return ""
 
 
+def _guardrails_yaml(tmp_path: Path, scope: str = "account", **limits: Any) -> Path:
+    """The guardrails daemon's config (guardrails/config.py): the gate's one source of its
+    scope, limits, state path and snapshot age."""
+    path = tmp_path / "guardrails.yaml"
+    scope_doc = {"name": scope, **limits}
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "state": {"path": str(tmp_path / "state.sqlite")},
+                "spend": {"scopes": [scope_doc]},
+                "burst_reconcile": {"spend_scope": scope},
+            }
+        )
+    )
+    return path
+
+
 def _gate_stack(tmp_path: Path, **gate: Any) -> BurstStack:
+    limits = {
+        snake: gate.pop(camel)
+        for camel, snake in (
+            ("dailyLimitUsd", "daily_limit_usd"),
+            ("monthlyLimitUsd", "monthly_limit_usd"),
+        )
+        if camel in gate
+    }
     s = parse_burst(
         "t",
         stack_map(
@@ -354,7 +382,10 @@ def _gate_stack(tmp_path: Path, **gate: Any) -> BurstStack:
             ],
             {
                 "auditLog": str(tmp_path / "a.jsonl"),
-                "spendGate": {"statePath": str(tmp_path / "state.sqlite"), **gate},
+                "spendGate": {
+                    "guardrailsConfig": str(_guardrails_yaml(tmp_path, **limits)),
+                    **gate,
+                },
             },
         ),
     )
@@ -486,25 +517,92 @@ def test_gate_fails_closed(ec2: Any, tmp_path: Path, setup: str, needle: str) ->
     assert not (tmp_path / "state.sqlite").exists() or setup != "none"
 
 
-def test_release_deletes_holds_that_fit_cheapest_first(ec2: Any, tmp_path: Path) -> None:
-    _spent(tmp_path, today=900.0, mtd=900.0)
-    resv = [
-        "ReservationName=coreburst-spend-300usd-1-1 StartTime=2026-12-03T11:00:00 "
-        "Nodes=od-[1-2] NodeCnt=2 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
-        "ReservationName=coreburst-spend-80usd-2-2 StartTime=2026-12-03T11:00:00 "
-        "Nodes=od-3 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
-        "ReservationName=coreburst-spend-50usd-3-3 StartTime=2026-12-03T11:00:00 "
-        "Nodes=od-4 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
-        "ReservationName=coreburst-hold-cb StartTime=2026-12-03T11:00:00 "
-        "Nodes=cb-1 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+def test_release_plan_fits_holds_cheapest_first() -> None:
+    """The rule's release plan (guardrails.slurm.releasable) over holds parsed from
+    ``scontrol -o show reservation`` lines (format as AnsweringSlurm above)."""
+    text = "\n".join(
+        [
+            "ReservationName=coreburst-spend-300usd-1-1 StartTime=2026-12-03T11:00:00 "
+            "Nodes=od-[1-2] NodeCnt=2 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+            "ReservationName=coreburst-spend-80usd-2-2 StartTime=2026-12-03T11:00:00 "
+            "Nodes=od-3 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+            "ReservationName=coreburst-spend-50usd-3-3 StartTime=2026-12-03T11:00:00 "
+            "Nodes=od-4 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+            "ReservationName=coreburst-hold-cb StartTime=2026-12-03T11:00:00 "
+            "Nodes=cb-1 NodeCnt=1 Flags=MAINT,IGNORE_JOBS,SPEC_NODES Users=root",
+        ]
+    )
+    holds = parse_spend_holds(text)
+    assert [h.name for h in holds] == [
+        "coreburst-spend-300usd-1-1",
+        "coreburst-spend-80usd-2-2",
+        "coreburst-spend-50usd-3-3",
     ]
-    slurm = AnsweringSlurm({}, resv)
-    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=1000.0)  # $100 left
-    assert power.release_spend_holds() == ["od-4"]  # 50 fits; then 80 > 50 left; 300 > 50
-    assert [c for c in slurm.calls if c[0] == "delete"] == [
-        ("delete", "ReservationName=coreburst-spend-50usd-3-3")
-    ]
-    slurm.calls.clear()
-    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=900.0)  # nothing left
-    assert power.release_spend_holds() == []
-    assert not [c for c in slurm.calls if c[0] == "delete"]
+    release, keep = releasable(holds, {"today": 100.0, "this month": 5000.0})
+    assert [h.nodes for h in release] == ["od-4"]  # 50 fits; then 80 > 50 left; 300 > 50
+    assert [h.cost_usd for h, _ in keep] == [80.0, 300.0]
+    assert releasable(holds, {"today": 0.0}) == (
+        [],
+        [
+            (h, f"${h.cost_usd:,.0f} projected > $0 left")
+            for h in sorted(holds, key=lambda h: h.cost_usd)
+        ],
+    )
+
+
+@pytest.mark.parametrize(
+    ("doc", "needle"),
+    [
+        (
+            {"spend": {"scopes": [{"name": "team-ml", "daily_limit_usd": 5}]},
+             "burst_reconcile": {"spend_scope": "team-ml"}},
+            None,
+        ),
+        (
+            {"spend": {"scopes": [{"name": "team-ml", "daily_limit_usd": 5}]},
+             "burst_reconcile": {"spend_scope": "account"}},
+            "spend scope 'account' (burst_reconcile.spend_scope in",
+        ),
+        (
+            {"spend": {"scopes": [{"name": "account"}]}},
+            "has no daily_limit_usd or monthly_limit_usd",
+        ),
+        ({"burst_reconcile": {"spend_scope": None}}, "sets burst_reconcile.spend_scope to null"),
+        ("missing", "spendGate.guardrailsConfig: "),
+        ({"spend": {"scopes": "nope"}}, "spendGate.guardrailsConfig: "),
+    ],
+)  # fmt: skip
+def test_gate_limits_come_from_the_guardrails_config_only(
+    tmp_path: Path, doc: Any, needle: str | None
+) -> None:
+    """Scope, limits, state path and snapshot age are the guardrails config's; a scope it
+    does not define (or without limits) is one line naming the file and the fix."""
+    path = tmp_path / "guardrails.yaml"
+    if doc != "missing":
+        path.write_text(yaml.safe_dump({"state": {"path": str(tmp_path / "g.db")}, **doc}))
+    gate = SpendGate(guardrails_config=path)
+    if needle is None:
+        limits = gate_limits(gate)
+        assert (limits.scope, limits.daily_limit_usd, limits.monthly_limit_usd) == (
+            "team-ml",
+            5,
+            None,
+        )
+        assert limits.state_path == tmp_path / "g.db"
+        assert limits.max_snapshot_age == timedelta(hours=1)
+        return
+    with pytest.raises(StackConfigError) as err:
+        gate_limits(gate)
+    msg = str(err.value)
+    assert needle in msg and "\n" not in msg and msg.startswith("coreburst:burst.spendGate")
+
+
+def test_gate_with_a_scope_the_guardrails_lack_holds(ec2: Any, tmp_path: Path) -> None:
+    """A gate whose guardrails config names no usable scope never launches unchecked."""
+    _spent(tmp_path, today=0.0, mtd=0.0)
+    slurm = AnsweringSlurm({})
+    power = _gate_power(ec2, tmp_path, slurm, dailyLimitUsd=1e9)
+    _guardrails_yaml(tmp_path, scope="account")  # limits removed: no usable scope
+    result = power.resume("od-1", None)
+    assert result.held == ["od-1"] and _live(ec2) == []
+    assert "has no daily_limit_usd or monthly_limit_usd" in slurm.calls[1][3]

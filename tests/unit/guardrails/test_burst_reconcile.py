@@ -39,14 +39,17 @@ AMI = "ami-12c6146b"  # one of moto's built-in images
 STACK = "prod"
 
 
-def node_line(name: str, state: str, reason: str = "", boot: str = "None") -> str:
+def node_line(
+    name: str, state: str, reason: str = "", boot: str = "None", addr: str | None = None
+) -> str:
     """One line of ``scontrol -o show nodes`` on Slurm 22.05 (scontrol(1), --oneliner: one
     node per line, Key=Value fields in this order). Made up here from that format; the
     integration test parses the real scontrol's output with the same function."""
     line = (
         f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
-        f"CPULoad=0.00 AvailableFeatures=od ActiveFeatures=od Gres=gpu:h100:8 NodeAddr={name} "
-        f"NodeHostName={name} Port=21005 Version=22.05.8 OS=Linux 6.1.0-18-amd64 #1 SMP "
+        f"CPULoad=0.00 AvailableFeatures=od ActiveFeatures=od Gres=gpu:h100:8 "
+        f"NodeAddr={addr or name} NodeHostName={name} Port=21005 Version=22.05.8 "
+        "OS=Linux 6.1.0-18-amd64 #1 SMP "
         f"PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01) RealMemory=1000 AllocMem=0 FreeMem=N/A "
         f"Sockets=2 Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
         f"MCS_label=N/A Partitions=burst BootTime={boot} SlurmdStartTime=None "
@@ -60,7 +63,7 @@ def node_line(name: str, state: str, reason: str = "", boot: str = "None") -> st
 FAKE_SCONTROL = """#!{python}
 # A fake scontrol made for these tests (not Slurm): it records its argv and answers
 # "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
-# with reservations.txt, "update" and "create" with nothing.
+# with reservations.txt, "update", "create" and "delete" with nothing.
 import json, pathlib, sys
 here = pathlib.Path(__file__).parent
 args = sys.argv[1:]
@@ -73,7 +76,7 @@ if args[:3] == ["-o", "show", "nodes"]:
 elif args[:3] == ["-o", "show", "reservation"]:
     r = here / "reservations.txt"
     print(r.read_text() if r.exists() else "No reservations in the system")
-elif args[:1] not in (["update"], ["create"]):
+elif args[:1] not in (["update"], ["create"], ["delete"]):
     print("scontrol: error: unexpected " + " ".join(args), file=sys.stderr)
     sys.exit(1)
 """
@@ -101,6 +104,9 @@ class FakeSlurm:
 
     def creates(self) -> list[list[str]]:
         return [c for c in self.calls() if c[:1] == ["create"]]
+
+    def deletes(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[:1] == ["delete"]]
 
 
 @pytest.fixture
@@ -147,10 +153,11 @@ def cycle(
     dry_run: bool = False,
     ahead: timedelta = timedelta(hours=1),
     extra: str = "",
+    top: str = "",
 ) -> tuple[Any, list[dict[str, Any]]]:
     """One daemon cycle with only this rule (and inventory), the clock ``ahead`` of now."""
     cfg = parse_config(
-        f"rules: [burst-reconcile]\ndry_run: {str(dry_run).lower()}\n"
+        f"rules: [burst-reconcile]\ndry_run: {str(dry_run).lower()}\n{top}"
         f'state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
         "metrics_endpoint: {enabled: false}\n"
         f'safety: {{kill_switch_file: "{tmp_path}/stop"}}\n'
@@ -540,3 +547,275 @@ def test_unreadable_audit_log_is_one_error_and_the_pass_completes(
     report, _ = cycle(tmp_path, slurm, extra=f', burst_audit_log: "{log}"')
     assert len(report.errors) == 1 and "not UTF-8 at byte" in report.errors[0]
     assert "\n" not in report.errors[0] and (tmp_path / "hb.json").exists()
+
+
+# -- f) spend-gate holds lifted on the daemon's schedule; Slack on holds --------------------------
+def _outbox(tmp_path: Path) -> list[dict[str, Any]]:
+    """The Slack payloads the cycle queued (guardrails.state outbox rows)."""
+    st = State(tmp_path / "s.db")
+    try:
+        return [{"key": r["dedupe_key"], **json.loads(r["payload"])} for r in st.outbox_rows()]
+    finally:
+        st.close()
+
+
+def _snapshot(tmp_path: Path, at: datetime, today: float, scope: str = "account") -> None:
+    """A spend snapshot as the spend-limit rule writes it each cycle (State.add_spend)."""
+    st = State(tmp_path / "s.db")
+    st.add_spend(at, scope, burn=0.0, today=today, mtd=today, proj=today * 30)
+    st.close()
+
+
+def _hold_line(name: str, nodes: str) -> str:
+    """One line of ``scontrol -o show reservation`` (22.05); made up here from scontrol(1)'s
+    format, the real one is read in tests/integration/burst/test_spend_gate.py."""
+    return (
+        f"ReservationName={name} StartTime=2026-12-03T11:00:00 EndTime=2027-12-03T11:00:00 "
+        f"Duration=365-00:00:00 Nodes={nodes} NodeCnt=1 CoreCnt=2 Features=(null) "
+        "PartitionName=(null) Flags=MAINT,IGNORE_JOBS,SPEC_NODES TRES=cpu=2 Users=root "
+        "Groups=(null) Accounts=(null) Licenses=(null) State=ACTIVE BurstBuffer=(null) "
+        "Watts=n/a MaxStartDelay=(null)\n"
+    )
+
+
+SCOPE_1000 = "spend: {scopes: [{name: account, daily_limit_usd: 1000}]}\n"
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_spend_holds_are_released_on_the_schedule_when_the_scope_has_room(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path, dry_run: bool
+) -> None:
+    """$100 left today: the $50 hold goes (cheapest first), $80 and $300 stay; the delete is an
+    actuator action (audit, dry-run respected), and Slack says the hold lifted."""
+    _snapshot(tmp_path, datetime.now(UTC) + timedelta(minutes=55), today=900.0)
+    (slurm.dir / "reservations.txt").write_text(
+        _hold_line("coreburst-spend-300usd-1-1", "od-[1-2]")
+        + _hold_line("coreburst-spend-80usd-2-2", "od-3")
+        + _hold_line("coreburst-spend-50usd-3-3", "od-4")
+        + _hold_line("coreburst-backoff-sp-9", "sp-1")
+    )
+    slurm.set_nodes(node_line("od-4", "IDLE+CLOUD+POWERED_DOWN"))
+    report, audit = cycle(tmp_path, slurm, dry_run=dry_run, top=SCOPE_1000)
+    assert report.errors == []
+    kept = {e["reservation"]: e["why"] for e in audit if e["event"] == "burst.spend-kept"}
+    assert set(kept) == {"coreburst-spend-300usd-1-1", "coreburst-spend-80usd-2-2"}
+    assert "$80 projected > $50 left" in kept["coreburst-spend-80usd-2-2"]
+    if dry_run:
+        assert slurm.deletes() == [] and _outbox(tmp_path) == []
+        (sk,) = [e for e in audit if e["event"] == "action.skipped"]
+        assert sk["kind"] == "release" and sk["because"] == "dry-run"
+        return
+    assert slurm.deletes() == [["delete", "ReservationName=coreburst-spend-50usd-3-3"]]
+    (ex,) = [e for e in audit if e["event"] == "action.executed"]
+    assert ex["kind"] == "release" and "$100 left today" in ex["reason"]
+    (msg,) = _outbox(tmp_path)
+    assert msg["key"] == "burst-released:coreburst-spend-50usd-3-3" and "od-4" in json.dumps(msg)
+    # Released once: the next cycle (Slurm still listing it) records the intent as done.
+    cycle(tmp_path, slurm, top=SCOPE_1000)
+    assert len(slurm.deletes()) == 1
+
+
+@pytest.mark.parametrize(
+    ("snapshot_age", "needle"),
+    [(None, "no spend snapshot for scope account"), (timedelta(hours=2), "min old")],
+)
+def test_spend_holds_stay_without_a_fresh_snapshot(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path, snapshot_age: timedelta | None, needle: str
+) -> None:
+    """Fail closed: the daemon is not measuring spend, so nothing is released."""
+    if snapshot_age is not None:
+        _snapshot(tmp_path, datetime.now(UTC) + timedelta(hours=1) - snapshot_age, today=0.0)
+    (slurm.dir / "reservations.txt").write_text(_hold_line("coreburst-spend-5usd-1-1", "od-1"))
+    _, audit = cycle(tmp_path, slurm, top=SCOPE_1000)
+    assert slurm.deletes() == []
+    (kept,) = [e for e in audit if e["event"] == "burst.spend-kept"]
+    assert needle in kept["why"]
+
+
+def test_held_jobs_and_pool_holds_are_told_in_slack(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """A spend hold still in place: Slack names the waiting jobs and the reason (once); one
+    already lifted says nothing. A capacity backoff placed this cycle says so too."""
+    now = datetime.now(UTC) + timedelta(hours=1)
+    log = tmp_path / "burst-audit.jsonl"
+    reason = "$98 projected > $49 left today (account)"
+    _burst_event(
+        log, now - timedelta(minutes=3), "resume.held", nodes="od-[1-2]", jobs=[41, 42],
+        cost_usd=98.3, reason=reason, reservation="coreburst-spend-99usd-5-5",
+    )  # fmt: skip
+    _burst_event(
+        log, now - timedelta(minutes=9), "resume.held", nodes="od-3", jobs=[7],
+        cost_usd=1.0, reason=reason, reservation="coreburst-spend-1usd-1-1",
+    )  # fmt: skip
+    _burst_event(log, now - timedelta(minutes=2), "resume.failed", nodes="sp-1", code=ICE)
+    (slurm.dir / "reservations.txt").write_text(_hold_line("coreburst-spend-99usd-5-5", "od-[1-2]"))
+    slurm.set_nodes(
+        node_line("od-1", "DOWN+CLOUD+POWERED_DOWN"), node_line("sp-1", "IDLE+CLOUD+POWERED_DOWN")
+    )
+    _snapshot(tmp_path, now - timedelta(minutes=1), today=951.0)
+    extra = f', burst_audit_log: "{log}"'
+    report, _ = cycle(tmp_path, slurm, extra=extra, top=SCOPE_1000)
+    assert report.errors == []
+    msgs = {m["key"]: m for m in _outbox(tmp_path)}
+    assert set(msgs) == {
+        "burst-held:coreburst-spend-99usd-5-5",
+        next(k for k in msgs if k.startswith("burst-pool:coreburst-backoff-sp-")),
+    }
+    held = json.dumps(msgs["burst-held:coreburst-spend-99usd-5-5"])
+    assert "Jobs waiting: 41, 42" in held and "left today (account)" in held
+    pool = json.dumps(next(m for k, m in msgs.items() if k.startswith("burst-pool:")))
+    assert "backed off" in pool and ICE in pool and "sp-1" in pool
+    cycle(tmp_path, slurm, extra=extra, top=SCOPE_1000)
+    assert len(_outbox(tmp_path)) == 2  # told once
+
+
+def test_burst_messages_stay_within_slack_limits_at_maximal_inputs() -> None:
+    """slack_sdk's block models and Slack's Block Kit limits (tests/unit/guardrails/
+    test_slack_limits.py check_payload) for every burst message, at hostile sizes."""
+    from guardrails import messages
+    from tests.unit.guardrails.test_slack_limits import UNI, check_payload
+
+    huge = UNI * 400
+    jobs = [f"{i}{UNI}" for i in range(20_000)]
+    nodes = [f"od-{i}" for i in range(5_000)]
+    alerts = [
+        messages.burst_spend_held(huge, huge, jobs, huge, cost_usd=1e15, scope=huge),
+        messages.burst_spend_held("", "", [], "", cost_usd=0.0, scope=""),
+        messages.burst_spend_released(huge, huge, {"today": -1e12, "this month": 1e15}),
+        messages.burst_pool_held(huge, huge, nodes, huge, 10**9),
+        messages.burst_pool_held(huge, huge, nodes, huge, None),
+    ]
+    for a in alerts:
+        check_payload(a.payload())
+    text = json.dumps(alerts[0].payload())
+    assert "and 19950 more" in text and "<!channel>" not in text
+
+
+# -- g) duplicate instances for one node --------------------------------------------------------
+def _ip(ec2: Any, iid: str) -> str:
+    return str(
+        ec2.describe_instances(InstanceIds=[iid])["Reservations"][0]["Instances"][0][
+            "PrivateIpAddress"
+        ]
+    )
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_duplicates_keep_the_instance_at_the_node_address(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path, dry_run: bool
+) -> None:
+    """Two instances tagged od-1 (a resume retried after a crash): the one whose private IP is
+    Slurm's NodeAddr for od-1 stays, the other is terminated (audited; dry-run skips it)."""
+    first, second = launch(ec2, "od-1"), launch(ec2, "od-1")
+    slurm.set_nodes(node_line("od-1", "ALLOCATED+CLOUD", addr=_ip(ec2, second)))
+    _, audit = cycle(tmp_path, slurm, dry_run=dry_run)
+    assert state_of(ec2, second) == "running"
+    (dup,) = [e for e in audit if e["event"] == "burst.duplicate"]
+    assert dup["instance_id"] == first and second in dup["why"]
+    if dry_run:
+        assert state_of(ec2, first) == "running"
+        (sk,) = [e for e in audit if e["event"] == "action.skipped"]
+        assert sk["instance_id"] == first and sk["because"] == "dry-run"
+    else:
+        assert state_of(ec2, first) in ("shutting-down", "terminated")
+        (ex,) = [e for e in audit if e["event"] == "action.executed"]
+        assert ex["instance_id"] == first and ex["reason"].startswith("burst duplicate:")
+
+
+def test_duplicates_nobody_can_tell_apart_are_left(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """No instance at the node's NodeAddr (e.g. address not told yet): none is terminated;
+    a young duplicate is not terminated either."""
+    a, b = launch(ec2, "od-1"), launch(ec2, "od-1")
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD", addr="10.9.9.9"))
+    _, audit = cycle(tmp_path, slurm)
+    assert state_of(ec2, a) == "running" and state_of(ec2, b) == "running"
+    guarded = [e for e in audit if e["event"] == "burst.guarded"]
+    assert {e["instance_id"] for e in guarded} == {a, b}
+    assert "0 at its NodeAddr 10.9.9.9" in guarded[0]["why"]
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD", addr=_ip(ec2, b)))
+    cycle(tmp_path / "young", FakeSlurm(slurm.dir), ahead=timedelta(minutes=1))
+    assert state_of(ec2, a) == "running"
+
+
+def test_duplicate_rechecked_before_terminating(ec2: Any, slurm: FakeSlurm, tmp_path: Path) -> None:
+    """Slurm's NodeAddr changed to the duplicate between the reads: nothing is terminated."""
+    a, b = launch(ec2, "od-1"), launch(ec2, "od-1")
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD", addr=_ip(ec2, b)))
+    slurm.set_nodes(node_line("od-1", "IDLE+CLOUD", addr=_ip(ec2, a)), page=2)
+    _, audit = cycle(tmp_path, slurm)
+    assert state_of(ec2, a) == "running" and state_of(ec2, b) == "running"
+    assert any("changed since" in e.get("why", "") for e in audit if e["event"] == "burst.guarded")
+
+
+# -- h) idle reclaim of a Slurm-owned node asks Slurm -------------------------------------------
+def _act_on(
+    slurm: FakeSlurm, tmp_path: Path, iid: str, tags: dict[str, str], *, enabled: bool
+) -> list[dict[str, Any]]:
+    """The idle-reclaim rule's act step (guardrails.rules.idle_reclaim._apply) on one node the
+    reclaim decision says to stop, under a daemon that holds the lease and acts."""
+    from guardrails.idle import Utilization, decide
+    from guardrails.model import Node
+    from guardrails.rules import idle_reclaim
+
+    cfg = parse_config(
+        f'dry_run: false\nstate: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
+        "metrics_endpoint: {enabled: false}\n"
+        f'safety: {{kill_switch_file: "{tmp_path}/stop"}}\n'
+        f"burst_reconcile: {{enabled: {str(enabled).lower()}, stack: {STACK}, "
+        f'slurm_bin_dir: "{slurm.dir}"}}\n',
+        "g.yaml",
+    )
+    now = datetime.now(UTC)
+    node = Node(
+        iid, "us-east-1", "us-east-1a", "p5.48xlarge", "nvidia", 8, "on-demand",
+        now - timedelta(hours=5), tags,
+    )  # fmt: skip
+    marked = now - timedelta(hours=3)
+    d = decide(
+        node,
+        Utilization("idle", "all GPUs below 5% for 30m"),
+        marked,
+        now,
+        idle_reclaim.idle_params(cfg),
+    )
+    assert d.step == "act", d
+    state = State(cfg.state.path)
+    dmn = Daemon(cfg, Aws(cfg.aws, boto3.session.Session(region_name="us-east-1")), state)
+    try:
+        dmn.leader = True
+        dmn.actuator.begin_cycle([])
+        idle_reclaim._apply(dmn.context(), node, d, {})
+    finally:
+        dmn.close()
+        state.close()
+    return [json.loads(x) for x in (tmp_path / "a.jsonl").read_text().splitlines()]
+
+
+def test_idle_reclaim_asks_slurm_to_power_down_a_burst_node(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """An idle instance tagged with a Slurm node is never stopped through EC2: Slurm is asked
+    (State=POWER_DOWN, which waits for running jobs); an untagged one is stopped as before."""
+    iid = launch(ec2, "od-1")
+    audit = _act_on(slurm, tmp_path, iid, {"coreburst-slurm-node": "od-1"}, enabled=True)
+    assert state_of(ec2, iid) == "running"
+    assert slurm.updates() == [["update", "nodename=od-1", "state=power_down"]]
+    (ex,) = [e for e in audit if e["event"] == "action.executed"]
+    assert ex["kind"] == "power-down-when-idle" and ex["instance_id"] == "od-1"
+    plain = launch(ec2, None)
+    _act_on(slurm, tmp_path / "plain", plain, {}, enabled=True)
+    assert state_of(ec2, plain) in ("stopping", "stopped")
+    assert len(slurm.updates()) == 1
+
+
+def test_idle_reclaim_leaves_a_burst_node_to_slurm_without_the_reconciler(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    iid = launch(ec2, "od-1")
+    audit = _act_on(slurm, tmp_path, iid, {"coreburst-slurm-node": "od-1"}, enabled=False)
+    assert state_of(ec2, iid) == "running" and slurm.calls() == []
+    (left,) = [e for e in audit if e["event"] == "reclaim.left-to-slurm"]
+    assert "SuspendTime" in left["why"]

@@ -106,7 +106,8 @@ def test_a_stack_with_only_idle_reclaim_runs_only_it(aws_env: None, tmp_path: Pa
     assert not granted & SPEND_EGRESS_ONLY  # the role lacks what spend and egress need
     assert {"ec2:DescribeInstances", "ec2:StopInstances", "cloudwatch:GetMetricData"} <= granted
     called, errors = one_cycle(config, tmp_path)
-    assert "ec2:DescribeInstances" in called and "cloudwatch:ListMetrics" in called
+    # the idle rule reads the per-instance rollup: GetMetricData, no ListMetrics needed
+    assert "ec2:DescribeInstances" in called and "cloudwatch:GetMetricData" in called
     assert not called & SPEND_EGRESS_ONLY, called
     assert called <= granted, called - granted  # nothing it does would be denied
     assert errors == []
@@ -130,8 +131,8 @@ def test_check_config_rejects_an_unknown_rule_in_one_line(tmp_path: Path) -> Non
     lines = r.output.strip().splitlines()
     assert len(lines) == 1 and "rules" in lines[0] and "unknown rule(s) gpu-melter" in lines[0]
     assert (
-        "known: budget-relay, burst-reconcile, egress-spike, idle-reclaim, inventory, spend-limit"
-        in lines[0]
+        "known: budget-relay, burst-reconcile, core-idle, egress-spike, idle-reclaim, inventory,"
+        " spend-limit" in lines[0]
     )
     cfg.write_text("rules: [spend-limit]\n")
     ok = CliRunner().invoke(app, ["check-config", str(cfg)])

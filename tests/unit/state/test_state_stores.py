@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from typing import Any
 
 import boto3
 import pytest
+from boto3.dynamodb.conditions import Key
 from moto import mock_aws
 
 from guardrails.state import State
@@ -267,3 +269,48 @@ def test_dynamodb_last_alert_reads_one_item_not_the_outbox(
         )
         assert again.last_alert("idle:i-3") == T0 + timedelta(hours=1)
         assert "Query" not in calls
+
+
+def test_dynamodb_outbox_reads_only_pending_rows(tmp_path: Path, monkeypatch: Any) -> None:
+    """The outbox keeps every alert ever sent (its dedupe keys stop repeats), so reading the
+    whole partition each cycle grows without end. ``due`` and ``outbox_depth`` read a ref per
+    pending row; a sent or given-up row drops its ref in the same transaction. A table from
+    before the refs is indexed once."""
+    from guardrails.state_dynamo import OUTBOX_PENDING, OUTBOX_PENDING_INDEXED
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        ddb = boto3.resource("dynamodb", region_name="us-east-1")
+        table = create_table(ddb, "coreburst-state")
+        old = DynamoState(table)
+        for i in range(150):
+            old.enqueue(f"k{i}", f"a{i}", {"text": str(i)}, T0 + timedelta(seconds=i))
+        for row in old.due(T0 + timedelta(hours=1), limit=200)[:140]:
+            old.mark_sent(row["id"], T0 + timedelta(hours=1))
+        (given_up,) = [r for r in old.due(T0 + timedelta(hours=1), limit=200) if r["id"] == 141]
+        old.retry_later(given_up["id"], T0, "HTTP 500", give_up=True)
+        (retried,) = [r for r in old.due(T0 + timedelta(hours=1), limit=200) if r["id"] == 142]
+        old.retry_later(retried["id"], T0 + timedelta(hours=2), "HTTP 429", give_up=False)
+        assert old.outbox_depth() == 9
+        # An older version's table: no refs, no flag.
+        for item in table.query(KeyConditionExpression=Key("pk").eq(OUTBOX_PENDING))["Items"]:
+            table.delete_item(Key={"pk": item["pk"], "sk": item["sk"]})
+        table.delete_item(Key={"pk": "kv", "sk": OUTBOX_PENDING_INDEXED})
+
+        store = DynamoState(table)
+        assert store.outbox_depth() == 9  # indexed from one read of the old outbox
+        queried: list[str] = []
+        store.client.meta.events.register(
+            "before-call.dynamodb.Query",
+            lambda params, **_: queried.append(params["body"].decode()),
+        )
+        due = store.due(T0 + timedelta(hours=1, minutes=30))
+        assert sorted(r["id"] for r in due) == [143, 144, 145, 146, 147, 148, 149, 150]
+        assert 142 in [r["id"] for r in store.due(T0 + timedelta(hours=2))]
+        assert store.outbox_depth() == 9
+        store.mark_sent(due[0]["id"], T0 + timedelta(hours=2))
+        assert store.outbox_depth() == 8
+        assert queried and all("outbox-pending" in q for q in queried), queried
+        assert len(store.outbox_rows()) == 150  # sent rows stay, for dedupe
+        assert store.enqueue("k3", "a3", {"text": "again"}, T0 + timedelta(hours=3)) is False
