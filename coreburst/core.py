@@ -41,6 +41,9 @@ app = typer.Typer(
 )
 
 
+TOP_JOBS = 10  # job runs in the printed table (JSON lists every one)
+
+
 class Format(StrEnum):
     table = "table"
     json = "json"
@@ -62,13 +65,19 @@ class Usage:
     measured: float = 0.0
     used: float = 0.0
 
-    def add(self, row: Any) -> None:
+    def add(self, row: Any, since: datetime | None = None) -> None:
+        from guardrails.spend import core_run_hours
+
         self.jobs += 1
-        alloc = float(row["allocated_gpu_h"])
+        if since is None:
+            alloc = float(row["allocated_gpu_h"])
+            used = None if row["used_gpu_h"] is None else min(float(row["used_gpu_h"]), alloc)
+        else:  # only the part of a long run inside the report's window
+            alloc, used = core_run_hours(row, since)
         self.allocated += alloc
-        if row["used_gpu_h"] is not None:
+        if used is not None:
             self.measured += alloc
-            self.used += min(float(row["used_gpu_h"]), alloc)
+            self.used += used
 
     @property
     def idle(self) -> float:
@@ -98,6 +107,9 @@ class Line:
     core_usd: float | None
     idle_usd: float | None
     burst_usd_mtd: float | None = None
+    # the spend scope whose month-to-date cloud spend ``burst_usd_mtd`` is (it may hold more
+    # Slurm accounts than this team)
+    burst_scope: str | None = None
 
 
 def _line(team: str, user: str | None, u: Usage, price: float | None) -> Line:
@@ -116,12 +128,19 @@ def _line(team: str, user: str | None, u: Usage, price: float | None) -> Line:
 
 
 def summarize(
-    rows: list[Any], price: float | None, burst: dict[str, float] | None = None
+    rows: list[Any],
+    price: float | None,
+    burst: dict[str, tuple[str, float]] | None = None,
+    since: datetime | None = None,
 ) -> dict[str, Any]:
-    """Per team (Slurm account), per user and in total (pure).
+    """Per team (Slurm account), per user and in total (pure). With ``since``, a run that
+    started earlier counts only its GPU-hours from ``since`` on; ``burst``: team -> (spend
+    scope, its month-to-date cloud spend).
 
-    >>> rows = [{"account": "ml", "user": "ann", "allocated_gpu_h": 10.0, "used_gpu_h": 4.0},
-    ...         {"account": "ml", "user": "bob", "allocated_gpu_h": 6.0, "used_gpu_h": None}]
+    >>> run = {"job_id": "1", "partition": "core", "state": "busy", "gpus": 1,
+    ...        "start": "2026-04-01T00:00:00+00:00", "last_seen": "2026-04-01T10:00:00+00:00"}
+    >>> rows = [{**run, "account": "ml", "user": "ann", "allocated_gpu_h": 10.0, "used_gpu_h": 4.0},
+    ...         {**run, "account": "ml", "user": "bob", "allocated_gpu_h": 6.0, "used_gpu_h": None}]
     >>> s = summarize(rows, 2.0)
     >>> t = s["teams"][0]
     >>> (t.allocated_gpu_h, t.used_gpu_h, t.idle_gpu_h, t.unmeasured_gpu_h, t.idle_pct, t.idle_usd)
@@ -132,13 +151,19 @@ def summarize(
     total = Usage()
     for r in rows:
         team = str(r["account"] or "(no account)")
-        teams.setdefault(team, Usage()).add(r)
-        users.setdefault((team, str(r["user"])), Usage()).add(r)
-        total.add(r)
+        teams.setdefault(team, Usage()).add(r, since)
+        users.setdefault((team, str(r["user"])), Usage()).add(r, since)
+        total.add(r, since)
     burst = burst or {}
     return {
         "teams": [
-            Line(**{**asdict(_line(t, None, u, price)), "burst_usd_mtd": burst.get(t)})
+            Line(
+                **{
+                    **asdict(_line(t, None, u, price)),
+                    "burst_usd_mtd": burst[t][1] if t in burst else None,
+                    "burst_scope": burst[t][0] if t in burst else None,
+                }
+            )
             for t, u in sorted(teams.items(), key=lambda kv: -kv[1].allocated)
         ],
         "users": [
@@ -146,13 +171,58 @@ def summarize(
             for (t, user), u in sorted(users.items(), key=lambda kv: -kv[1].allocated)
         ],
         "total": _line("all", None, total, price),
+        "jobs": job_runs(rows, price, since),
     }
+
+
+def job_runs(
+    rows: list[Any], price: float | None, since: datetime | None = None
+) -> list[dict[str, Any]]:
+    """Each job run: its GPU efficiency over the run so far and its GPU-hours inside the
+    window, most idle GPU-hours first (pure)."""
+    from guardrails.spend import core_run_hours
+
+    out = []
+    for r in rows:
+        full_alloc = float(r["allocated_gpu_h"])
+        full_used = r["used_gpu_h"]
+        alloc, used = (
+            core_run_hours(r, since)
+            if since is not None
+            else (full_alloc, None if full_used is None else min(float(full_used), full_alloc))
+        )
+        idle = None if used is None else alloc - used
+        eff = (
+            None
+            if full_used is None or full_alloc <= 0
+            else round(100 * min(float(full_used), full_alloc) / full_alloc, 1)
+        )
+        out.append(
+            {
+                "job_id": str(r["job_id"]),
+                "team": str(r["account"] or "(no account)"),
+                "user": str(r["user"]),
+                "partition": str(r["partition"]),
+                "state": str(r["state"]),
+                "gpus": int(r["gpus"]),
+                "start": str(r["start"]),
+                "last_seen": str(r["last_seen"]),
+                "efficiency_pct": eff,
+                "allocated_gpu_h": round(alloc, 3),
+                "used_gpu_h": None if used is None else round(used, 3),
+                "idle_gpu_h": None if idle is None else round(idle, 3),
+                "idle_usd": None if idle is None or price is None else round(idle * price, 2),
+            }
+        )
+    return sorted(out, key=lambda j: (-(j["idle_gpu_h"] or 0.0), j["start"], j["job_id"]))
 
 
 def sentence(line: Line, price: float | None) -> str:
     """``team ml: core 412 GPU-h at $1.90 = $783, burst $4,210 month-to-date; 38 % of
     allocated GPU-hours idle``."""
-    core = f"core {line.allocated_gpu_h:,.0f} GPU-h"
+    from guardrails.spend import gpu_h_text
+
+    core = f"core {gpu_h_text(line.allocated_gpu_h)} GPU-h"
     if price is not None and line.core_usd is not None:
         core += f" at ${price:,.2f} = ${line.core_usd:,.0f}"
     burst = (
@@ -160,13 +230,19 @@ def sentence(line: Line, price: float | None) -> str:
         if line.burst_usd_mtd is not None
         else ""
     )
-    idle = (
-        f"{line.idle_pct:.0f} % of allocated GPU-hours idle"
-        if line.idle_pct is not None
-        else "idle share unknown (no measured GPU-hours)"
-    )
-    if line.unmeasured_gpu_h > 0:
-        idle += f" ({line.unmeasured_gpu_h:,.0f} GPU-h unmeasured)"
+    if burst and line.burst_scope not in (None, line.team):
+        burst += f" (spend scope {line.burst_scope})"
+
+    measured = line.allocated_gpu_h - line.unmeasured_gpu_h
+    if line.idle_pct is None:
+        idle = "idle share unknown (no measured GPU-hours)"
+    elif line.unmeasured_gpu_h > 0:  # the share is of the measured part, and says so
+        idle = (
+            f"{line.idle_pct:.0f} % of the {gpu_h_text(measured)} measured GPU-hours idle "
+            f"({gpu_h_text(line.unmeasured_gpu_h)} GPU-h unmeasured)"
+        )
+    else:
+        idle = f"{line.idle_pct:.0f} % of allocated GPU-hours idle"
     return f"team {line.team}: {core}{burst}; {idle}"
 
 
@@ -191,9 +267,13 @@ def scenario_price(path: Path) -> float:
     from tco.model import TcoError, scenario_gpu_hour_price
 
     try:
-        data = yaml.safe_load(read_text(path, "scenario", TcoError)) or {}
+        text = read_text(path, "scenario", TcoError)
+    except TcoError as exc:  # it names the path already
+        raise _fail(str(exc)) from None
+    try:
+        data = yaml.safe_load(text) or {}
         if not isinstance(data, dict):
-            raise TcoError(f"{path}: a scenario is a mapping of keys (name, gpus, ...)")
+            raise TcoError("a scenario is a mapping of keys (name, gpus, ...)")
         return scenario_gpu_hour_price(build_scenario(data, {}))
     except yaml.YAMLError:
         raise _fail(f"{path}: not valid YAML") from None
@@ -201,17 +281,27 @@ def scenario_price(path: Path) -> float:
         raise _fail(f"{path}: {exc}") from None
 
 
-def _burst(state: Any, cfg: Any, teams: list[str]) -> dict[str, float]:
-    """Month-to-date burst spend per team, from the spend scope named like it."""
-    out: dict[str, float] = {}
+def _burst(state: Any, cfg: Any, teams: list[str]) -> dict[str, tuple[str, float]]:
+    """Month-to-date burst spend per team: that of the spend scope listing the team's Slurm
+    account in ``slurm_accounts``, else of the scope named like it (by name or tag value)."""
+    out: dict[str, tuple[str, float]] = {}
     for team in teams:
-        for s in cfg.spend.scopes:
-            if team in (s.name, s.tag_value):
-                row = state.last_spend(s.name)
-                if row is not None:
-                    out[team] = float(row["mtd"])
-                break
+        listed = [s for s in cfg.spend.scopes if team in s.slurm_accounts]
+        named = [s for s in cfg.spend.scopes if team in (s.name, s.tag_value)]
+        for s in (listed or named)[:1]:
+            row = state.last_spend(s.name)
+            if row is not None:
+                out[team] = (s.name, round(float(row["mtd"]), 2))
     return out
+
+
+def _check_plot(path: Path) -> None:
+    """Before any work: the chart's path names a .png file (matplotlib would add ``.png`` to a
+    name without one and write somewhere else than the report says)."""
+    if path.is_dir():
+        raise _fail(f"--plot {path}: is a directory; give a file name such as {path / 'core.png'}")
+    if path.suffix.lower() != ".png":
+        raise _fail(f"--plot {path}: give a file name ending in .png (the chart is a PNG)")
 
 
 def _since(value: str) -> timedelta:
@@ -257,6 +347,8 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     from guardrails.cli import _load, open_store
 
     span = _since(since)
+    if plot is not None:
+        _check_plot(plot)
     cfg = _load(config)
     if state_table is None and not cfg.state.path.exists():
         raise _fail(
@@ -270,7 +362,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     try:
         rows = list(state.core_usage(now - span))
         teams = sorted({str(r["account"] or "(no account)") for r in rows})
-        summary = summarize(rows, price, _burst(state, cfg, teams))
+        summary = summarize(rows, price, _burst(state, cfg, teams), now - span)
     finally:
         state.close()
     if plot is not None:
@@ -289,6 +381,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
             "teams": [asdict(x) for x in summary["teams"]],
             "users": [asdict(x) for x in summary["users"]],
             "total": asdict(summary["total"]),
+            "jobs": summary["jobs"],
         }
         typer.echo(json.dumps(doc, indent=2))
         return
@@ -323,6 +416,17 @@ def _print_table(summary: dict[str, Any], price: float | None, source: str, sinc
             if usd:
                 row += [f"${x.core_usd:,.0f}", f"${x.idle_usd:,.0f}"]
             t.add_row(*row)
+        console.print(t)
+    idle_jobs = [j for j in summary["jobs"] if (j["idle_gpu_h"] or 0) > 0][:TOP_JOBS]
+    if idle_jobs:
+        t = Table(title=f"Jobs with the most idle GPU-hours, last {since}")
+        for c in ("job", "team", "user", "GPUs", "efficiency", "state", "idle GPU-h"):
+            t.add_column(c, justify="left" if c in ("job", "team", "user", "state") else "right")
+        for j in idle_jobs:
+            t.add_row(
+                j["job_id"], j["team"], j["user"], str(j["gpus"]),
+                f"{j['efficiency_pct']:.0f} %", j["state"], f"{j['idle_gpu_h']:,.1f}",
+            )  # fmt: skip
         console.print(t)
     for line in summary["teams"]:
         console.print(sentence(line, price), markup=False, highlight=False, soft_wrap=True)

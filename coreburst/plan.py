@@ -24,11 +24,13 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from burst.config import parse_burst
+from burst.cost import GateSummary, PoolRate, gate_summary, pool_rates
 from common.catalog import CatalogError, load_catalog
 from common.pricing import CostLine
 from common.textio import read_text
 from infra.config import StackConfigError
-from infra.offline import REPO_ROOT, evaluate_stack
+from infra.offline import REPO_ROOT, evaluate_stack, load_stack_yaml, stack_file
 from policies.pack import all_policies
 from policies.pricing import price_resources, stack_region
 from policies.runner import PolicyError, Violation, run_policies
@@ -48,6 +50,15 @@ class PlanError(ValueError):
 
 
 @dataclass
+class Burst:
+    """A burst stack's GPU nodes: Slurm starts them on demand (their Auto Scaling groups stay
+    at 0), so they are priced per node-hour, outside the fixed total."""
+
+    pools: list[PoolRate]
+    gate: GateSummary | None
+
+
+@dataclass
 class Report:
     stack: str
     source: str
@@ -57,6 +68,7 @@ class Report:
     policies_checked: int
     resource_count: int = 0
     compare: Report | None = field(default=None)
+    burst: Burst | None = None
 
     @property
     def hourly(self) -> float:
@@ -82,26 +94,66 @@ def _policy_config(stack: str, path: Path | None) -> dict[str, Any]:
     return doc
 
 
+BURST_NOTE = " (burst: Slurm starts these nodes on demand; priced per node-hour below)"
+
+
+def _burst(stack: str, root: Path) -> Burst | None:
+    """The stack's burst pools (``coreburst:burst`` in ``Pulumi.<stack>.yaml``), or None.
+    With ``--preview-json`` and no stack file there is nothing to read."""
+    if not stack_file(stack, root).is_file():
+        return None
+    config = load_stack_yaml(stack, root)
+    if not config.get("coreburst:burst"):
+        return None
+    b = parse_burst(stack, config)
+    return Burst(pool_rates(b), gate_summary(b))
+
+
+def _mark_burst(lines: list[CostLine], burst: Burst) -> list[CostLine]:
+    """Say on each burst cluster's Auto Scaling group line why it holds no instance."""
+    asgs = {f"{p.cluster}-asg" for p in burst.pools}
+    return [
+        CostLine(x.category, x.item, x.detail + BURST_NOTE, x.hourly_usd, x.monthly_usd, x.source)
+        if x.item in asgs
+        else x
+        for x in lines
+    ]
+
+
 def build_report(
     stack: str,
     preview_json: Path | None = None,
     egress_gb: float = 0.0,
     nat_gb: float = 0.0,
     policy_config: Path | None = None,
+    *,
+    root: Path = REPO_ROOT,
 ) -> Report:
-    """Price and check one stack; raises PlanError / StackConfigError / CatalogError /
-    PreviewError with a one-line message."""
+    """Price and check one stack (``root/Pulumi.<stack>.yaml``); raises PlanError /
+    StackConfigError / CatalogError / PreviewError with a one-line message."""
     if preview_json is not None:
         resources = load_preview(preview_json)
         source = f"pulumi preview ({preview_json.name})"
     else:
-        resources = from_offline(evaluate_stack(stack).resources, stack)
+        # Only a non-default root is passed: tests point evaluate_stack elsewhere with a partial.
+        ev = evaluate_stack(stack) if root == REPO_ROOT else evaluate_stack(stack, root)
+        resources = from_offline(ev.resources, stack)
         source = "offline evaluation"
     lines = price_resources(resources, load_catalog(), egress_gb=egress_gb, nat_gb_per_month=nat_gb)
+    burst = _burst(stack, root)
+    if burst is not None:
+        lines = _mark_burst(lines, burst)
     violations = run_policies(resources, _policy_config(stack, policy_config))
     aws = sum(1 for r in resources if r.resource_type.startswith("aws:"))
     return Report(
-        stack, source, stack_region(resources), lines, violations, len(all_policies()), aws
+        stack,
+        source,
+        stack_region(resources),
+        lines,
+        violations,
+        len(all_policies()),
+        aws,
+        burst=burst,
     )
 
 
@@ -117,6 +169,101 @@ def _diff_rows(report: Report) -> list[tuple[str, float, float]]:
     theirs = {x.item: x.monthly_usd for x in other.lines}
     items = list(mine) + [i for i in theirs if i not in mine]
     return [(i, mine.get(i, 0.0), theirs.get(i, 0.0)) for i in items]
+
+
+BURST_TITLE = "burst nodes: Slurm starts them on demand, billed per node-hour, not in the total"
+BURST_COLUMNS = (
+    "pool",
+    "partition",
+    "nodes",
+    "$/node-hour",
+    "$/hour, all nodes",
+    "MaxTime",
+    "$ largest gate projection",
+)
+
+
+def _burst_rows(b: Burst) -> list[tuple[str, ...]]:
+    rows: list[tuple[str, ...]] = []
+    for p in b.pools:
+        proj = p.max_projection_usd
+        rows.append(
+            (
+                p.cluster,
+                p.partition,
+                f"{p.nodes} x {p.instance_type} {p.market}",
+                f"{p.usd_per_node_hour:,.3f}",
+                _usd(p.usd_per_hour_all_nodes),
+                p.max_time,
+                "no MaxTime" if proj is None else _usd(proj),
+            )
+        )
+    return rows
+
+
+def _gate_lines(b: Burst) -> list[str]:
+    """What the spend gate will check, and each pool whose largest job can never pass it."""
+    g = b.gate
+    if g is None:
+        return [
+            "spend gate: none (coreburst:burst.spendGate unset): Slurm may start every node "
+            "for as long as its jobs run"
+        ]
+    if g.scope is None:
+        return [f"spend gate: limits in {g.guardrails_config}, not readable here ({g.unreadable})"]
+    periods = ((g.daily_limit_usd, "a day"), (g.monthly_limit_usd, "a month"))
+    limits = [(v, p) for v, p in periods if v is not None]
+    out = [
+        f"spend gate: scope {g.scope}, {' and '.join(f'${v:,.2f} {p}' for v, p in limits)} "
+        f"({g.guardrails_config}); a job waits when nodes x $/h (instance) x its time limit "
+        "exceeds what the scope has left"
+    ]
+    lowest, period = min(limits)
+    for p in b.pools:
+        proj = p.max_projection_usd
+        if proj is not None and proj > lowest:
+            out.append(
+                f"warning: pool {p.cluster}: a job on all {p.nodes} nodes for MaxTime "
+                f"{p.max_time} projects ${proj:,.2f}, over the ${lowest:,.2f} {period} limit: "
+                "the gate never launches it (lower the partition's MaxTime or raise the limit)"
+            )
+    return out
+
+
+def _burst_json(b: Burst) -> dict[str, Any]:
+    g = b.gate
+    return {
+        "note": BURST_TITLE,
+        "pools": [
+            {
+                "cluster": p.cluster,
+                "partition": p.partition,
+                "instanceType": p.instance_type,
+                "market": p.market,
+                "nodes": p.nodes,
+                "usdPerNodeHour": round(p.usd_per_node_hour, 4),
+                "instanceUsdPerNodeHour": round(p.instance_usd_per_node_hour, 4),
+                "volumeUsdPerNodeHour": round(p.volume_usd_per_node_hour, 4),
+                "usdPerHourAllNodes": round(p.usd_per_hour_all_nodes, 4),
+                "maxTime": p.max_time,
+                "maxProjectionUsd": (
+                    None if p.max_projection_usd is None else round(p.max_projection_usd, 2)
+                ),
+                "priceSource": p.source,
+            }
+            for p in b.pools
+        ],
+        "spendGateNotes": _gate_lines(b),
+        "spendGate": None
+        if g is None
+        else {
+            "guardrailsConfig": g.guardrails_config,
+            "scope": g.scope,
+            "dailyLimitUsd": g.daily_limit_usd,
+            "monthlyLimitUsd": g.monthly_limit_usd,
+            "unreadable": g.unreadable,
+        },
+    }
 
 
 def to_json(report: Report) -> dict[str, Any]:
@@ -140,6 +287,7 @@ def to_json(report: Report) -> dict[str, Any]:
             for x in report.lines
         ],
         "totals": {"hourlyUsd": round(report.hourly, 4), "monthlyUsd": round(report.monthly, 2)},
+        "burst": None if report.burst is None else _burst_json(report.burst),
         "policies": {
             "checked": report.policies_checked,
             "passed": not report.violations,
@@ -192,6 +340,17 @@ def to_markdown(report: Report) -> str:
         )
     out.append(f"| **total** | | | **{_usd(report.hourly)}** | **{_usd(report.monthly)}** |")
     out.append("")
+    if report.burst is not None:
+        out += [
+            f"#### {BURST_TITLE}",
+            "",
+            "| " + " | ".join(BURST_COLUMNS) + " |",
+            "|---|---|---|---:|---:|---|---:|",
+        ]
+        out += ["| " + " | ".join(row) + " |" for row in _burst_rows(report.burst)]
+        for line in _gate_lines(report.burst):
+            out += ["", line]
+        out.append("")
     if report.compare is not None:
         other = report.compare
         out += [
@@ -227,6 +386,15 @@ def print_table(report: Report, console: Console) -> None:
         cost.add_row(x.category, x.item, x.detail, _usd(x.hourly_usd), _usd(x.monthly_usd))
     cost.add_row("total", "", "", _usd(report.hourly), _usd(report.monthly), style="bold")
     console.print(cost)
+    if report.burst is not None:
+        burst = Table(title=BURST_TITLE)
+        for col in BURST_COLUMNS:
+            burst.add_column(col, justify="right" if col.startswith("$") else "left")
+        for row in _burst_rows(report.burst):
+            burst.add_row(*row)
+        console.print(burst)
+        for line in _gate_lines(report.burst):
+            console.print(line)
     if report.compare is not None:
         other = report.compare
         diff = Table(title=f"{report.stack} vs {other.stack} ($/month)")

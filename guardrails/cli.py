@@ -320,6 +320,10 @@ def _spend_notes(s: dict[str, Any]) -> list[str]:
     for kind in ("daily", "monthly"):
         if s.get(f"{kind}_limit_at"):
             notes.append(f"{kind} limit reached at {s[f'{kind}_limit_at']} at the current burn")
+    if s.get("core_month_to_date"):  # a scope with slurm_accounts: the owned core beside it
+        from guardrails.messages import core_spend_text
+
+        notes.append(core_spend_text(s["core_month_to_date"]))
     return notes
 
 
@@ -547,7 +551,7 @@ def explain(
                 1,
             )
         n = nodes[0]
-        util = utilization(d.aws, cfg, [n], d.clock.now())[n.instance_id]
+        util = utilization(d.aws, cfg, [n], d.clock.now(), heartbeats="all")[n.instance_id]
         row = d.state.marks().get(n.instance_id)
         dec = decide(
             n, util, parse_iso(row["marked_at"]) if row else None, d.clock.now(), idle_params(cfg)
@@ -606,11 +610,9 @@ def org_scan(
     from rich.markup import escape
     from rich.table import Table
 
-    from common.catalog import CatalogError, load_catalog
+    from common.catalog import load_catalog
     from guardrails import org
-    from guardrails.aws import Aws, fetch_utilization, inventory
-    from guardrails.idle import assess_utilization
-    from guardrails.rules.idle_reclaim import expected_series, idle_params
+    from guardrails.aws import Aws
 
     configure_logging("warning")
     cfg = _load(config)
@@ -639,24 +641,7 @@ def org_scan(
         return home if t.role_arn is None else org.assume_role_session(sts, t)
 
     def scan_one(sess: boto3.session.Session, t: org.AccountTarget, region: str) -> list[Any]:
-        a = Aws(cfg.aws, sess)
-        nodes = inventory(a.client("ec2", region), region, cfg.watched_types(), catalog)
-        now = clock.now()
-        series, errors = fetch_utilization(a.client("cloudwatch", region), nodes, cfg.idle, now)
-        params = idle_params(cfg)
-        out = []
-        for n in nodes:
-            if n.instance_id in errors:
-                state = "unknown"
-            else:
-                util = series.get(n.instance_id, {})
-                state = assess_utilization(util, expected_series(n, cfg), now, params).state
-            try:
-                price: float | None = catalog.hourly_price(n.instance_type, region, n.market)
-            except CatalogError:
-                price = None
-            out.append(org.NodeSummary(n.instance_id, n.instance_type, state, price))
-        return out
+        return org.scan_region(Aws(cfg.aws, sess), cfg, region, catalog, clock.now())
 
     results = org.scan(targets, cfg.regions, session_for, scan_one, oc.max_concurrency)
     rows = org.summarize(results)

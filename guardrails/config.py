@@ -312,6 +312,25 @@ class ScopeConfig(_Strict):
     daily_limit_usd: float | None = Field(default=None, gt=0)
     monthly_limit_usd: float | None = Field(default=None, gt=0)
     enforce: bool = False
+    # Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
+    # scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost:
+    # shown in status and the spend messages, never counted against the limits above.
+    slurm_accounts: list[str] = []
+
+    @model_validator(mode="after")
+    def _slurm_accounts(self) -> ScopeConfig:
+        seen: set[str] = set()
+        for a in self.slurm_accounts:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", a):
+                hint = f"; write {a.lower()}" if a != a.lower() else ""
+                raise ValueError(
+                    f"slurm_accounts: {a!r} is not a Slurm account name (lower case letters, "
+                    f"digits, _ . -; Slurm stores accounts in lower case){hint}"
+                )
+            if a in seen:
+                raise ValueError(f"slurm_accounts: {a} is listed twice; list it once")
+            seen.add(a)
+        return self
 
 
 class DirectConnectPort(_Strict):
@@ -332,10 +351,27 @@ class SpendConfig(_Strict):
     direct_connect_ports: list[DirectConnectPort] | None = None
     include_lustre: bool = True
 
+    @model_validator(mode="after")
+    def _one_scope_per_slurm_account(self) -> SpendConfig:
+        owner: dict[str, str] = {}
+        for scope in self.scopes:
+            for a in scope.slurm_accounts:
+                if a in owner:
+                    raise ValueError(
+                        f"Slurm account {a} is in scopes {owner[a]} and {scope.name}; put each "
+                        "account in one scope's slurm_accounts"
+                    )
+                owner[a] = scope.name
+        return self
+
 
 class EgressConfig(_Strict):
     enabled: bool = True
     window: Annotated[timedelta, Between("5m", "1d")] = timedelta(hours=1)
+    # How often NetworkOut (and NAT bytes) is read, apart from the cycle (``interval``):
+    # GetMetricData bills per metric requested. Each read covers the whole span since the last
+    # one, so a spike is still found, up to ``every`` (plus the settling delay) later.
+    every: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=15)
     daily_threshold_usd: float = Field(default=500.0, gt=0)
     spike_factor: float = Field(default=3.0, gt=1)
     baseline: Annotated[timedelta, Between("1h", "30d")] = timedelta(hours=24)
@@ -710,6 +746,16 @@ class GuardrailsConfig(BaseSettings):
                 f"state.snapshot_retention ({format_duration(self.state.snapshot_retention)}) "
                 f"is shorter than egress.baseline ({format_duration(self.egress.baseline)}); "
                 "raise it or shorten the baseline"
+            )
+        # a scope's core GPU-hours are month-to-date: the core-idle rule's records must last
+        # a month
+        if any(sc.slurm_accounts for sc in self.spend.scopes) and (
+            self.state.snapshot_retention < timedelta(days=31)
+        ):
+            raise ValueError(
+                f"state.snapshot_retention ({format_duration(self.state.snapshot_retention)}) "
+                "is shorter than a month, and spend.scopes list slurm_accounts (month-to-date "
+                "core GPU-hours); raise it to 31d or more"
             )
         return self
 

@@ -30,6 +30,7 @@ from guardrails.slack import (
     Alert,
     clip,
 )
+from guardrails.spend import gpu_h_text
 from guardrails.state import iso
 
 VERBS = {
@@ -346,6 +347,35 @@ def breach_text(kind: str, at: datetime | None, burn: float, now: datetime) -> s
     return f"{kind} limit reached {when} at {rate}"
 
 
+def core_spend_text(core: Mapping[str, Any], period: str = "this month") -> str:
+    """A spend scope's Slurm accounts on the owned core (``guardrails.spend.CoreSpend.as_dict``),
+    said beside its cloud spend; sunk cost, never counted against a limit.
+
+    >>> t = core_spend_text({"accounts": ["ml"], "jobs": 3, "gpu_h": 412.0, "usd": 782.8,
+    ...                      "usd_per_gpu_hour": 1.9, "idle_pct": 38.2, "measured_gpu_h": 400.0})
+    >>> for part in t.replace(", ", "; ").split("; "):
+    ...     print(part)
+    core (Slurm ml) 412 GPU-h this month at $1.90 = $783
+    38 % of measured GPU-hours idle (12 GPU-h unmeasured)
+    owned
+    not counted against cloud limits
+    """
+    who = ", ".join(core.get("accounts") or [])
+    text = f"core (Slurm {who}) {gpu_h_text(core['gpu_h'])} GPU-h {period}"
+    if core.get("usd") is not None:
+        text += f" at ${core['usd_per_gpu_hour']:,.2f} = ${core['usd']:,.0f}"
+    else:
+        text += " (no core_idle.gpu_hour_usd: no $ figure)"
+    if core.get("idle_pct") is not None:
+        text += f", {core['idle_pct']:.0f} % of measured GPU-hours idle"
+    elif core.get("gpu_h"):
+        text += ", idle share unknown (no DCGM data)"
+    unmeasured = float(core["gpu_h"]) - float(core.get("measured_gpu_h") or 0.0)
+    if core.get("idle_pct") is not None and unmeasured >= 0.05:
+        text += f" ({gpu_h_text(unmeasured)} GPU-h unmeasured)"
+    return text + "; owned, not counted against cloud limits"
+
+
 def spend_threshold(
     scope: str,
     period: str,
@@ -359,6 +389,7 @@ def spend_threshold(
     now: datetime | None = None,
     breach_at: datetime | None = None,
     unpriced: Mapping[str, int] | None = None,
+    core: Mapping[str, Any] | None = None,
 ) -> Alert:
     key = f"spend:{scope}:{period}:{percent:g}"
     kind = period.split(":", maxsplit=1)[0]
@@ -371,6 +402,8 @@ def spend_threshold(
         lines.append(f"Forecast: {breach_text(kind, breach_at, burn, now)}.")
     if unpriced:
         lines.append(unpriced_text(unpriced) + " (add their prices to common/data/catalog.yaml).")
+    if core:
+        lines.append("Also " + core_spend_text(core) + ".")
     lines.append("Enforcement " + ("is ON for this scope." if enforce else "is off (alert only)."))
     return Alert(
         key,
@@ -392,6 +425,7 @@ def spend_forecast(
     limit: float,
     burn: float,
     unpriced: Mapping[str, int] | None = None,
+    core: Mapping[str, Any] | None = None,
 ) -> Alert:
     """A limit the current burn will reach before the period ends (computed from this cycle's
     burn, so it moves minutes after the burn does; AWS Budgets' forecast lags hours). Each
@@ -405,6 +439,8 @@ def spend_forecast(
     ]
     if unpriced:
         lines.append(unpriced_text(unpriced) + ".")
+    if core:
+        lines.append("Also " + core_spend_text(core) + ".")
     return Alert(
         key,
         key,

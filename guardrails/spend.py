@@ -16,6 +16,7 @@ import calendar
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from common import pricing
 
@@ -145,3 +146,108 @@ def lustre_usd_per_hour(
     """The run rate of a Lustre file system: :func:`common.pricing.lustre_usd_per_hour`, the
     same arithmetic `coreburst plan` and the budget policy use."""
     return pricing.lustre_usd_per_hour(capacity_gib, usd_per_gb_month, hours_per_month)
+
+
+# -- the on-prem core beside cloud spend -----------------------------------------------------
+def core_run_hours(row: Any, since: datetime) -> tuple[float, float | None]:
+    """(allocated, used) GPU-hours of one Slurm job run recorded by the core-idle rule
+    (``core_usage``) that fall at or after ``since``.
+
+    The rule records allocated = GPUs x (last seen - start) and used = allocated x the run's
+    DCGM efficiency (None: not every GPU measured). The part before ``since`` is cut off; used
+    is cut pro rata (the run's efficiency taken as even over the run).
+
+    >>> row = {"start": "2026-04-01T00:00:00+00:00", "last_seen": "2026-04-11T00:00:00+00:00",
+    ...        "gpus": 2, "allocated_gpu_h": 480.0, "used_gpu_h": 120.0}
+    >>> core_run_hours(row, datetime(2026, 4, 9, tzinfo=UTC))
+    (96.0, 24.0)
+    >>> core_run_hours(row, datetime(2026, 3, 1, tzinfo=UTC))
+    (480.0, 120.0)
+    """
+    alloc = float(row["allocated_gpu_h"])
+    used = None if row["used_gpu_h"] is None else min(float(row["used_gpu_h"]), alloc)
+    start = datetime.fromisoformat(str(row["start"]))
+    last = datetime.fromisoformat(str(row["last_seen"]))
+    if start >= since or alloc <= 0:
+        return alloc, used
+    inside = min(alloc, int(row["gpus"]) * max(0.0, (last - since).total_seconds()) / 3600)
+    return inside, None if used is None else used * inside / alloc
+
+
+@dataclass(frozen=True)
+class CoreSpend:
+    """A spend scope's Slurm accounts on the core over a period: GPU-hours allocated, of them
+    measured (every GPU had DCGM data) and used, and their owned price (None: no
+    ``core_idle.gpu_hour_usd``). Sunk cost: shown beside cloud spend, never against a limit."""
+
+    accounts: tuple[str, ...]
+    jobs: int
+    gpu_h: float
+    measured_gpu_h: float
+    used_gpu_h: float
+    usd_per_gpu_hour: float | None
+
+    @property
+    def usd(self) -> float | None:
+        return None if self.usd_per_gpu_hour is None else self.gpu_h * self.usd_per_gpu_hour
+
+    @property
+    def idle_pct(self) -> float | None:
+        """Idle share of the measured GPU-hours (blind runs are never counted idle)."""
+        if self.measured_gpu_h <= 0:
+            return None
+        return 100 * (self.measured_gpu_h - self.used_gpu_h) / self.measured_gpu_h
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "accounts": list(self.accounts),
+            "jobs": self.jobs,
+            "gpu_h": round(self.gpu_h, 3),
+            "measured_gpu_h": round(self.measured_gpu_h, 3),
+            "used_gpu_h": round(self.used_gpu_h, 3),
+            "idle_pct": None if self.idle_pct is None else round(self.idle_pct, 1),
+            "usd_per_gpu_hour": self.usd_per_gpu_hour,
+            "usd": None if self.usd is None else round(self.usd, 2),
+        }
+
+
+def core_spend(
+    rows: Iterable[Any],
+    accounts: Iterable[str],
+    since: datetime,
+    usd_per_gpu_hour: float | None,
+) -> CoreSpend:
+    """GPU-hours since ``since`` of the job runs of ``accounts`` (see :func:`core_run_hours`).
+
+    >>> rows = [{"account": "ml", "start": "2026-04-10T00:00:00+00:00",
+    ...          "last_seen": "2026-04-10T10:00:00+00:00", "gpus": 8,
+    ...          "allocated_gpu_h": 80.0, "used_gpu_h": 20.0},
+    ...         {"account": "cv", "start": "2026-04-10T00:00:00+00:00",
+    ...          "last_seen": "2026-04-10T10:00:00+00:00", "gpus": 1,
+    ...          "allocated_gpu_h": 10.0, "used_gpu_h": 10.0}]
+    >>> c = core_spend(rows, ["ml"], datetime(2026, 4, 1, tzinfo=UTC), 1.9)
+    >>> (c.gpu_h, c.usd, c.idle_pct)
+    (80.0, 152.0, 75.0)
+    """
+    want = set(accounts)
+    jobs, alloc, measured, used = 0, 0.0, 0.0, 0.0
+    for r in rows:
+        if r["account"] not in want or datetime.fromisoformat(str(r["last_seen"])) < since:
+            continue
+        a, u = core_run_hours(r, since)
+        jobs += 1
+        alloc += a
+        if u is not None:
+            measured += a
+            used += u
+    return CoreSpend(tuple(sorted(want)), jobs, alloc, measured, used, usd_per_gpu_hour)
+
+
+def gpu_h_text(gpu_h: float) -> str:
+    """GPU-hours as a message says them: whole from 10 up, else one decimal (a 3.5 GPU-h job is
+    not "4").
+
+    >>> gpu_h_text(412.4), gpu_h_text(1234.0), gpu_h_text(8.8), gpu_h_text(0.0)
+    ('412', '1,234', '8.8', '0.0')
+    """
+    return f"{gpu_h:,.0f}" if round(gpu_h, 1) >= 10 else f"{gpu_h:.1f}"

@@ -39,7 +39,9 @@ def estimate_stack(
     lines: list[CostLine] = []
     for c in cfg.clusters:
         asg = f"{c.name}-asg"
-        # The ASG's desired capacity is `nodes` (GpuCluster): what runs and is billed.
+        # The ASG's desired capacity is `nodes` (GpuCluster): what runs and is billed. On a
+        # burst stack it is 0 (Slurm starts the nodes; burst/cost.py prices them per hour).
+        nodes = 0 if cfg.burst is not None else c.nodes
         lines.append(
             pricing.instance_hours(
                 catalog,
@@ -47,11 +49,11 @@ def estimate_stack(
                 instance_type=c.instance_type,
                 region=cfg.region,
                 market=c.capacity.model,
-                nodes=c.nodes,
+                nodes=nodes,
             )
         )
-        if c.nodes:
-            lines.append(pricing.ebs_volumes(catalog, f"{asg}/volumes", c.root_volume_gib, c.nodes))
+        if nodes:
+            lines.append(pricing.ebs_volumes(catalog, f"{asg}/volumes", c.root_volume_gib, nodes))
     if cfg.lustre:
         lu = cfg.lustre
         lines.append(
@@ -87,6 +89,13 @@ def estimate_stack(
             )
     if cfg.guardrails.enabled:
         lines.append(pricing.secret(catalog, f"{GUARDRAILS}-slack-webhook"))
+    if (
+        cfg.burst is not None
+        and cfg.burst.node is not None
+        and not cfg.burst.node.munge_key_secret_arn
+    ):
+        # The munge key burst nodes read (gpu_cluster.declare_slurm_join), unless one is named.
+        lines.append(pricing.secret(catalog, "slurm-munge-key"))
     return lines
 
 

@@ -284,7 +284,12 @@ def demo(
     rc = 0
     try:
         say("starting moto server, munged, slurmctld, slurmd core1 core2 (SuspendTime 4 s)")
-        lab = start_burst_lab(Path(tmp), **TIMERS)
+        lab = start_burst_lab(
+            Path(tmp),
+            suspend_time=TIMERS["suspend_time"],
+            resume_timeout=TIMERS["resume_timeout"],
+            suspend_timeout=TIMERS["suspend_timeout"],
+        )
         say(f"lab up in {tmp}: core[1-2] idle; burst nodes {' '.join(CLOUD_NODES)} powered down")
         checks = _run_scenario(lab, say, t0 + timeout)
         console.print()

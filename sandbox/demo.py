@@ -61,8 +61,9 @@ spend:
   scopes:
     - {{name: account, daily_limit_usd: 6000, monthly_limit_usd: 60000}}
     - {{name: team-ml, tag_key: team, tag_value: ml, daily_limit_usd: 2500}}
+# every: the demo's cycles are 10 min apart, so each one reads egress (default 15m)
 egress: {{window: 30m, daily_threshold_usd: 2000, spike_factor: 3, min_baseline_samples: 2,
-          include_nat: false}}
+          include_nat: false, every: 10m}}
 slack: {{cooldown: 30m, backoff_base: 1s}}
 state: {{path: "{workdir}/state.sqlite", audit_log: "{workdir}/audit.jsonl"}}
 metrics_endpoint: {{enabled: false}}

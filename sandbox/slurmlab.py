@@ -29,10 +29,17 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs
+
+import psutil  # type: ignore[import-untyped]
 
 from sandbox.emulator import AMI, MotoProcess, fake_session
 
@@ -102,7 +109,9 @@ SlurmctldPidFile={lab}/run/slurmctld.pid
 SlurmdPidFile={lab}/run/slurmd-%n.pid
 SlurmctldLogFile={lab}/log/slurmctld.log
 SlurmdLogFile={lab}/log/slurmd-%n.log
-SlurmctldDebug=info
+# verbose + Power: slurmctld logs each ResumeProgram start (benchmarks/burst_resume.py reads it).
+SlurmctldDebug=verbose
+DebugFlags=Power
 SlurmdDebug=info
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
@@ -352,18 +361,139 @@ class SlurmLab:
                 os.kill(pid, signal.SIGKILL)
         pidfile.unlink(missing_ok=True)
 
+    def job_steps(self) -> list[psutil.Process]:
+        """The lab's job steps still alive: each ``slurmstepd`` started by one of its slurmds
+        (it inherits the lab's SLURM_CONF) and the job's processes under it. A slurmstepd
+        outlives its slurmd: stopping the daemons alone leaves it (and the job) running."""
+        # slurmstepd writes its title over the start of its environment, so psutil's
+        # environ() sees none of it; the variables are still further on in /proc/PID/environ.
+        mine = b"SLURM_CONF=" + os.fsencode(self.conf)
+        found: list[psutil.Process] = []
+        for p in psutil.process_iter(["name"]):
+            if p.info["name"] != "slurmstepd":
+                continue
+            try:
+                environ = Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0")
+                if mine not in environ:
+                    continue
+                found += [p, *p.children(recursive=True)]
+            except (OSError, psutil.Error):
+                continue
+        return found
+
     def stop(self) -> None:
-        """Stop every daemon this lab started (bounded: 5 s each, then SIGKILL)."""
+        """Stop every daemon this lab started and the job steps still running under them
+        (bounded: 5 s each, then SIGKILL)."""
         for pidfile in sorted((self.lab / "run").glob("slurmd-*.pid")):
             self._stop_pidfile(pidfile)
         self._stop_pidfile(self.lab / "run" / "slurmctld.pid")
         self._stop_pidfile(self.lab / "munge" / "munged.pid")
+        # slurmstepd ignores SIGTERM; with its daemons gone nothing is left to end it cleanly.
+        steps = self.job_steps()
+        for p in steps:
+            with contextlib.suppress(psutil.Error):
+                p.kill()
+        psutil.wait_procs(steps, timeout=5)
 
     def log_tail(self, name: str, lines: int = 40) -> str:
         try:
             return "\n".join((self.lab / "log" / name).read_text().splitlines()[-lines:])
         except OSError:
             return f"({name}: none)"
+
+
+# EC2 API reference, CreateFleet, "Response Elements" (errorSet of CreateFleetError:
+# errorCode, errorMessage, lifecycle; fleetInstanceSet) and "Error codes for the Amazon EC2
+# API" (InsufficientInstanceCapacity: "There is not enough capacity to fulfill your request").
+# Made up here in that shape: moto has no notion of capacity.
+_ICE_RESPONSE = """<?xml version="1.0" encoding="UTF-8"?>
+<CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+  <requestId>{request_id}</requestId>
+  <fleetId>fleet-{fleet}</fleetId>
+  <errorSet>
+    <item>
+      <errorCode>InsufficientInstanceCapacity</errorCode>
+      <errorMessage>We currently do not have sufficient capacity in the Availability Zone you
+ requested.</errorMessage>
+      <lifecycle>{lifecycle}</lifecycle>
+    </item>
+  </errorSet>
+  <fleetInstanceSet/>
+</CreateFleetResponse>
+"""
+
+
+class CapacityProxy:
+    """An HTTP proxy in front of moto server that plays EC2 out of capacity: a CreateFleet
+    on a launch template in ``out_of_capacity`` (ids) gets no instance and an
+    InsufficientInstanceCapacity error, as EC2 answers an ``instant`` fleet it cannot fill
+    (HTTP 200, the error in ``errorSet``); every other request goes to moto unchanged."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.out_of_capacity: set[str] = set()
+        self.refused = 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                form = parse_qs(body.decode("utf-8", "replace")) if body else {}
+                lt = form.get(
+                    "LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateId"
+                )
+                if form.get("Action") == ["CreateFleet"] and lt and lt[0] in proxy.out_of_capacity:
+                    proxy.refused += 1
+                    life = form.get("TargetCapacitySpecification.DefaultTargetCapacityType")
+                    doc = _ICE_RESPONSE.format(
+                        request_id=uuid.uuid4(),
+                        fleet=uuid.uuid4(),
+                        lifecycle=(life or ["on-demand"])[0],
+                    ).encode()
+                    self._reply(200, {"Content-Type": "text/xml"}, doc)
+                    return
+                req = urllib.request.Request(
+                    proxy.upstream + self.path, data=body, method=self.command
+                )
+                for k, v in self.headers.items():
+                    if k.lower() not in ("host", "content-length", "connection"):
+                        req.add_header(k, v)
+                try:
+                    with urllib.request.urlopen(req, timeout=60) as resp:
+                        self._reply(resp.status, dict(resp.headers), resp.read())
+                except urllib.error.HTTPError as err:
+                    self._reply(err.code, dict(err.headers), err.read())
+
+            def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers.items():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_POST(self) -> None:
+                self._forward()
+
+            def do_GET(self) -> None:
+                self._forward()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def start(self) -> CapacityProxy:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 class BootWatcher:
@@ -457,6 +587,8 @@ class BurstLab:
     moto: MotoProcess
     watcher: BootWatcher
     wait: Callable[..., None] = wait_until
+    # Between the power programs and moto when started with capacity_proxy=True.
+    proxy: CapacityProxy | None = None
 
     def instances(self, node: str, states: tuple[str, ...] = ("pending", "running")) -> list[str]:
         resp = self.ec2.describe_instances(
@@ -468,19 +600,25 @@ class BurstLab:
         return [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
 
     def stop(self) -> None:
-        """Watcher, then every Slurm daemon, then moto (each wait bounded)."""
+        """Watcher, then every Slurm daemon, then the proxy and moto (each wait bounded)."""
         self.watcher.stop()
         self.slurm.stop()
+        if self.proxy is not None:
+            self.proxy.stop()
         self.moto.stop()
 
 
-def start_burst_lab(lab_dir: Path, *, boot_delay: float = 2.5, **timers: int) -> BurstLab:
+def start_burst_lab(
+    lab_dir: Path, *, boot_delay: float = 2.5, capacity_proxy: bool = False, **timers: int
+) -> BurstLab:
     """Start moto, munged, slurmctld, the core slurmds and the boot watcher. On any failure
     whatever was started is stopped again before the error propagates. ``timers``:
-    suspend_time, resume_timeout, suspend_timeout (seconds)."""
+    suspend_time, resume_timeout, suspend_timeout (seconds). ``capacity_proxy``: the power
+    programs reach moto through a :class:`CapacityProxy` (``lab.proxy``)."""
     moto = MotoProcess().start()
+    proxy = CapacityProxy(moto.url).start() if capacity_proxy else None
     aws_env = {
-        "AWS_ENDPOINT_URL": moto.url,
+        "AWS_ENDPOINT_URL": proxy.url if proxy is not None else moto.url,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
@@ -488,7 +626,7 @@ def start_burst_lab(lab_dir: Path, *, boot_delay: float = 2.5, **timers: int) ->
     slurm = SlurmLab(lab_dir, aws_env, **timers)
     ec2 = fake_session().client("ec2", endpoint_url=moto.url)
     watcher = BootWatcher(slurm, ec2, boot_delay=boot_delay)
-    lab = BurstLab(slurm, ec2, moto, watcher)
+    lab = BurstLab(slurm, ec2, moto, watcher, proxy=proxy)
     try:
         launch_templates(ec2)
         slurm.start()

@@ -2,7 +2,9 @@
 allocated GPU-hours split into used, idle and unmeasured (blind), with the idle share.
 
 Plain data in (one mapping per team or user: ``team``, ``user``, ``used_gpu_h``,
-``idle_gpu_h``, ``unmeasured_gpu_h``, ``idle_pct``); matplotlib's Agg backend, for headless hosts.
+``idle_gpu_h``, ``unmeasured_gpu_h``, ``idle_pct``, ``idle_usd``: None without a price); the
+bars are labelled with the idle share and its cost. matplotlib's Agg backend, for headless
+hosts.
 
     >>> render_core_usage(teams, users, Path("core.png"), "last 7d")   # doctest: +SKIP
 """
@@ -32,13 +34,19 @@ def _bars(ax: Any, rows: Sequence[Mapping[str, Any]], labels: list[str], title: 
         left = [a + b for a, b in zip(left, vals, strict=True)]
     for y, (r, x) in enumerate(zip(rows, left, strict=True)):
         if r.get("idle_pct") is not None:
-            ax.text(x, y, f" {r['idle_pct']:.0f} % idle", va="center", fontsize=8)
-    ax.set_xlim(0, max([*left, 1.0]) * 1.2)  # room for the "% idle" labels
+            cost = f", ${r['idle_usd']:,.0f}" if r.get("idle_usd") is not None else ""
+            ax.text(x, y, f" {r['idle_pct']:.0f} % idle{cost}", va="center", fontsize=8)
+        elif float(r["unmeasured_gpu_h"]) > 0:
+            ax.text(x, y, " not measured", va="center", fontsize=8)
+    if not rows:
+        ax.text(0.5, 0.5, "no Slurm job runs recorded", ha="center", transform=ax.transAxes)
+    ax.set_xlim(0, max([*left, 1.0]) * 1.3)  # room for the "% idle, $" labels
     ax.invert_yaxis()
     ax.set_title(title)
     ax.set_xlabel("GPU-hours")
     ax.grid(alpha=0.3, axis="x")
-    ax.legend(fontsize=7, loc="lower right")
+    if rows:
+        ax.legend(fontsize=7, loc="lower right")
 
 
 def render_core_usage(teams: Sequence[Any], users: Sequence[Any], path: Path, period: str) -> None:
@@ -49,12 +57,14 @@ def render_core_usage(teams: Sequence[Any], users: Sequence[Any], path: Path, pe
         return asdict(x) if is_dataclass(x) and not isinstance(x, type) else x
 
     t = [plain(x) for x in teams]
-    u = [plain(x) for x in users][:USERS_MAX]
+    every = [plain(x) for x in users]
+    u = every[:USERS_MAX]
     fig, (left, right) = plt.subplots(1, 2, figsize=(WIDTH_PX / DPI, HEIGHT_PX / DPI), dpi=DPI)
     try:
         _bars(left, t, [str(r["team"]) for r in t], f"core GPU-hours by team, {period}")
-        _bars(right, u, [f"{r['user']} ({r['team']})" for r in u], f"by user, {period}")
+        top = f"top {USERS_MAX} of {len(every)} users" if len(every) > USERS_MAX else "by user"
+        _bars(right, u, [f"{r['user']} ({r['team']})" for r in u], f"{top}, {period}")
         fig.tight_layout()
-        fig.savefig(path, dpi=DPI)
+        fig.savefig(path, dpi=DPI, format="png")
     finally:
         plt.close(fig)

@@ -25,6 +25,7 @@ from guardrails.rules.idle_reclaim import idle_params
 from guardrails.spend import (
     accrue_since_launch,
     breach_time,
+    core_spend,
     crossed,
     day_start,
     lustre_usd_per_hour,
@@ -75,6 +76,13 @@ def run(ctx: RuleContext) -> None:
     for p in cfg.direct_connect_ports or []:
         dx_list.extend((f"configured-{i}", p.bandwidth, {}) for i in range(p.count))
     ce = ctx.aws.client("ce", "us-east-1")
+    # The core's job runs this month (the core-idle rule's records), for scopes that name Slurm
+    # accounts: shown beside cloud spend, never counted against its limits (owned, sunk cost).
+    core_rows = (
+        list(ctx.state.core_usage(month_start(now)))
+        if any(s.slurm_accounts for s in cfg.scopes)
+        else []
+    )
     for scope in cfg.scopes:
         tag = (scope.tag_key, scope.tag_value) if scope.tag_key and scope.tag_value else None
         # ($/h, running since) of everything in scope that bills; an instance without a price
@@ -151,6 +159,12 @@ def run(ctx: RuleContext) -> None:
             # when each limit is reached at the current burn (None: not this period)
             **{f"{k}_limit_at": iso(v) if v else None for k, v in breaches.items()},
         }
+        core = None
+        if scope.slurm_accounts:
+            core = core_spend(
+                core_rows, scope.slurm_accounts, month_start(now), ctx.cfg.core_idle.gpu_hour_usd
+            ).as_dict()
+            ctx.report.spend[scope.name]["core_month_to_date"] = core
         ctx.actuator.audit("spend", scope=scope.name, **ctx.report.spend[scope.name])
         if unpriced:
             ctx.alert(messages.spend_unpriced(scope.name, now.date(), unpriced), timedelta(hours=6))
@@ -171,6 +185,7 @@ def run(ctx: RuleContext) -> None:
                     limit=limit,
                     burn=burn,
                     unpriced=unpriced,
+                    core=core,
                 )
             if not hit:
                 continue
@@ -191,6 +206,7 @@ def run(ctx: RuleContext) -> None:
                     now=now,
                     breach_at=at,
                     unpriced=unpriced,
+                    core=core,
                 ),
                 timedelta(0),
             )
@@ -213,6 +229,7 @@ def _forecast(
     limit: float,
     burn: float,
     unpriced: Counter[str],
+    core: dict[str, Any] | None = None,
 ) -> None:
     """Alert that the current burn reaches ``limit`` at ``at``: the first time this period, and
     again each time the breach comes ``FORECAST_STEP`` or more earlier (minutes after the
@@ -234,6 +251,7 @@ def _forecast(
             limit=limit,
             burn=burn,
             unpriced=unpriced,
+            core=core,
         ),
         timedelta(0),
     )

@@ -26,12 +26,22 @@ DEMO = [sys.executable, "-m", "sandbox.burst_demo"]
 
 
 def _leftovers() -> list[str]:
-    """Processes still running from a demo lab (its directory is in their command line)."""
+    """Processes still running from a demo lab: its directory is in their command line, or,
+    for a job step (slurmstepd writes its title over its command line), in the SLURM_CONF of
+    its environment."""
     found = []
-    for p in psutil.process_iter(["pid", "cmdline"]):
+    for p in psutil.process_iter(["pid", "cmdline", "name"]):
         cmd = " ".join(p.info["cmdline"] or [])
         if "coreburst-burst-demo-" in cmd:
             found.append(f"{p.info['pid']} {cmd[:120]}")
+        elif p.info["name"] == "slurmstepd":
+            try:
+                environ = Path(f"/proc/{p.info['pid']}/environ").read_bytes()
+                alive = p.status() != psutil.STATUS_ZOMBIE
+            except (OSError, psutil.Error):
+                continue
+            if alive and b"coreburst-burst-demo-" in environ:
+                found.append(f"{p.info['pid']} {cmd[:120]}")
     return found
 
 

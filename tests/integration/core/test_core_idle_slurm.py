@@ -44,9 +44,10 @@ def moto() -> Iterator[MotoProcess]:
         m.stop()
 
 
-def _submit(lab: SlurmLab, node: str, gpus: int) -> str:
+def _submit(lab: SlurmLab, node: str, gpus: int, account: str) -> str:
+    # --account: the lab has no slurmdbd, so Slurm keeps the name unchecked, as given
     out = lab.run(
-        "sbatch", "--parsable", "-o", "/dev/null", "-p", "core", "-w", node,
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "core", "-w", node, "-A", account,
         f"--gres=gpu:{gpus}", "-t", "600", "--wrap", "sleep 3000",
     )  # fmt: skip
     return out.stdout.strip().split(";")[0]
@@ -69,7 +70,11 @@ def test_an_idle_job_is_warned_then_requeued_and_busy_and_blind_jobs_are_left_al
     tmp_path: Any,
 ) -> None:
     lab = slurm_lab
-    a, b, c = _submit(lab, "core1", 2), _submit(lab, "core1", 3), _submit(lab, "core2", 2)
+    a, b, c = (
+        _submit(lab, "core1", 2, "ml"),
+        _submit(lab, "core1", 3, "ml"),
+        _submit(lab, "core2", 2, "vision"),
+    )
     hook = WebhookReceiver().start()
     try:
         wait_until(
@@ -83,6 +88,7 @@ def test_an_idle_job_is_warned_then_requeued_and_busy_and_blind_jobs_are_left_al
         assert jobs[b].gpus == {"core1": (2, 3, 4)}
         assert jobs[c].gpus == {"core2": (0, 1)}
         assert not jobs[a].interactive and jobs[a].user == "root"
+        assert (jobs[a].account, jobs[b].account, jobs[c].account) == ("ml", "ml", "vision")
         started = max(j.start for j in jobs.values())
         assert started - history_now < timedelta(hours=1)  # inside the recorded history
 
@@ -167,19 +173,25 @@ def test_an_idle_job_is_warned_then_requeued_and_busy_and_blind_jobs_are_left_al
         assert usage[c]["used_gpu_h"] is None and usage[c]["state"] == "blind"
         state.close()
 
-        # The report reads what the rule recorded: the lab has no accounting, so one team.
+        # The report reads what the rule recorded, per team (Slurm account).
         png = tmp_path / "core.png"
         r = CliRunner().invoke(
             root, ["core", "report", "--config", str(cfg_file), "--since", "1d", "--format",
                    "json", "--plot", str(png)],
         )  # fmt: skip
         assert r.exit_code == 0, r.output
-        (team,) = json.loads(r.output)["teams"]
-        assert team["team"] == "(no account)" and team["jobs"] == 3
-        alloc = sum(usage[j]["allocated_gpu_h"] for j in (a, b, c))
-        assert team["allocated_gpu_h"] == pytest.approx(alloc, abs=0.01)
-        assert team["unmeasured_gpu_h"] == pytest.approx(usage[c]["allocated_gpu_h"], abs=0.01)
-        assert team["core_usd"] == pytest.approx(alloc * 1.9, abs=0.05)
+        doc = json.loads(r.output)
+        ml, vision = doc["teams"]
+        assert (ml["team"], ml["jobs"], vision["team"], vision["jobs"]) == ("ml", 2, "vision", 1)
+        alloc = usage[a]["allocated_gpu_h"] + usage[b]["allocated_gpu_h"]
+        used = usage[b]["used_gpu_h"]
+        assert ml["allocated_gpu_h"] == pytest.approx(alloc, abs=0.01)
+        assert ml["idle_gpu_h"] == pytest.approx(alloc - used, abs=0.01)
+        assert ml["idle_pct"] == pytest.approx(100 * (alloc - used) / alloc, abs=0.1)
+        assert ml["core_usd"] == pytest.approx(alloc * 1.9, abs=0.05)
+        assert vision["unmeasured_gpu_h"] == pytest.approx(usage[c]["allocated_gpu_h"], abs=0.01)
+        assert vision["idle_pct"] is None  # blind: never counted idle
+        assert doc["jobs"][0]["job_id"] == a and doc["jobs"][0]["efficiency_pct"] == 0.0
         assert png.read_bytes()[:4] == b"\x89PNG"
     finally:
         hook.stop()

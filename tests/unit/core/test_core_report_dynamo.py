@@ -94,8 +94,8 @@ def test_the_dynamodb_state_gives_the_same_report_as_sqlite(cfg: Path) -> None:
     table = _report(cfg, "--state-table", TABLE)
     assert table == _report(cfg)
     assert (
-        "team ml: core 412 GPU-h at $1.90 = $783, burst $4,210 month-to-date; 38 % of "
-        "allocated GPU-hours idle (12 GPU-h unmeasured)"
+        "team ml: core 412 GPU-h at $1.90 = $783, burst $4,210 month-to-date; 38 % of the "
+        "400 measured GPU-hours idle (12 GPU-h unmeasured)"
     ) in table
     (cfg.parent / "g.db").unlink()
     assert _report(cfg, env={"COREBURST_STATE_TABLE": TABLE}) == table

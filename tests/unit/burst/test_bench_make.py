@@ -1,0 +1,33 @@
+"""``make bench-burst`` runs the resume benchmark at both sizes issue 15 asks for (64 and 500
+nodes). Checked with GNU make itself (``make -n`` prints the recipe without running it): in
+``$(or $(SIZES),64,500)`` make splits on the commas, so the default was 64 alone and the
+500-node figures were never printed (GNU make manual, "Functions for Conditionals": ``or``
+takes each comma-separated argument; ``if``'s else-part keeps its commas)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _recipe(*args: str) -> str:
+    out = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "bench-burst", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    (line,) = [x for x in out.splitlines() if "benchmarks/burst_resume.py" in x]
+    return line
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
+def test_bench_burst_defaults_to_64_and_500_nodes() -> None:
+    assert _recipe().endswith("--sizes 64,500")
+    assert _recipe("SIZES=1000").endswith("--sizes 1000")
