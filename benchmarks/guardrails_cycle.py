@@ -4,15 +4,18 @@ Every node sends what a real p5 sends under ``common.telemetry``: each minute, t
 rollup of its 8 GPUs' utilization (one statistic set: Maximum, Minimum, SampleCount 8) for the
 whole idle window (85% of nodes busy, 10% idle, 3% with one GPU silent, 2% sending nothing),
 and NetworkOut every 5 minutes. The per-GPU series (for ``explain`` only) are left out: the
-daemon never reads them. The daemon runs with its defaults: cycle every 60 s (spend, egress),
-idle read every ``idle.every`` (5 min) from the rollup.
+daemon never reads them. The daemon runs with its defaults: cycle every 60 s (spend), idle
+read every ``idle.every`` (5 min) from the rollup, NetworkOut read every ``egress.every``
+(15 min) over the span since its last read.
 
-Three cycles are measured:
-- cold: the first (loads botocore models, builds clients, reads the whole idle window);
-- between: one minute later, idle not due (what 4 of every 5 cycles cost);
+Four cycles are measured:
+- cold: the first (loads botocore models, builds clients, reads the whole idle window and the
+  egress window);
+- between: one minute later, neither idle nor egress due (what most cycles cost);
 - warm: ``idle.every`` after the cold one, idle due, reading only the periods since the last
   read (every later idle cycle); its client CPU is checked against <= 0.25 s per 1,000
-  instances and its GetMetricData calls for utilization against ceil(3 x instances / 500) + 1.
+  instances and its GetMetricData calls for utilization against ceil(3 x instances / 500) + 1;
+- egress: ``egress.every`` after the cold one, idle and egress both due.
 
 Printed per size: API calls by operation, metrics requested (GetMetricData queries: what it
 bills), client CPU (``time.process_time``), peak traced Python memory of a fourth cycle
@@ -62,7 +65,8 @@ WINDOW_MIN = 30
 GPU = UTILIZATION_METRICS["nvidia"]
 GPUS = 8
 IDLE_EVERY_MIN = 5  # the default idle.every
-SEEDED_AFTER_MIN = 2 * IDLE_EVERY_MIN + 2  # data published past "now" for the later cycles
+EGRESS_EVERY_MIN = 15  # the default egress.every
+SEEDED_AFTER_MIN = EGRESS_EVERY_MIN + 2  # data published past "now" for the later cycles
 
 
 def _put_metric_data(url: str, namespace: str, data: list[dict[str, Any]]) -> None:
@@ -262,6 +266,8 @@ metrics_endpoint: {{enabled: false}}
         d.run_cycle()
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
+        clock.set(now + timedelta(minutes=EGRESS_EVERY_MIN))
+        egress = cycle()
         d.close()
         state.close()
     cat = load_catalog()
@@ -269,18 +275,23 @@ metrics_endpoint: {{enabled: false}}
     price = cat.cloudwatch.get_metric_data_usd_per_1000_metrics
     req_price = cat.cloudwatch.api_usd_per_1000_requests
     idle_ns = {m.namespace for m in cfg.idle.metrics.values()}
+    egress_ns = {"AWS/EC2", "AWS/NATGateway"}
     per_day_cycles = 86_400 / cfg.interval.total_seconds()
     per_day_idle = 86_400 / cfg.idle.every.total_seconds()
+    per_day_egress = 86_400 / cfg.egress.every.total_seconds()
     idle_metrics = sum(v for k, v in warm["metrics"].items() if k in idle_ns)
-    other_metrics = sum(v for k, v in between["metrics"].items() if k not in idle_ns)
+    egress_metrics = sum(v for k, v in egress["metrics"].items() if k in egress_ns)
+    # what a cycle with neither read due still requests (every cycle pays it)
+    other_metrics = sum(between["metrics"].values())
     # CloudWatch requests billed per request (ListMetrics etc.), per cycle
     other_requests = sum(
         v for k, v in between["calls"].items() if k in ("ListMetrics", "GetMetricStatistics")
     )
     usd_idle = idle_metrics * per_day_idle * price.value / 1000
+    usd_egress = egress_metrics * per_day_egress * price.value / 1000
     usd_other = other_metrics * per_day_cycles * price.value / 1000
     usd_req = other_requests * per_day_cycles * req_price.value / 1000
-    usd_day = usd_idle + usd_other + usd_req
+    usd_day = usd_idle + usd_egress + usd_other + usd_req
     idle_calls = sum(v for k, v in warm["gmd_calls"].items() if k in idle_ns)
     idle_calls_cold = sum(v for k, v in cold["gmd_calls"].items() if k in idle_ns)
     gmd_limit = math.ceil(3 * n / 500) + 1
@@ -292,10 +303,14 @@ metrics_endpoint: {{enabled: false}}
         "datapoints": points,
         "setup_s": setup_s,
         "states": dict(warm["report"].states),
-        "cycles": {"cold": cold, "between": between, "warm": warm},
+        "cycles": {"cold": cold, "between": between, "warm": warm, "egress": egress},
         "peak_mib": peak / 2**20,
-        "usd": (usd_idle, usd_other, usd_req, usd_day),
-        "metrics_day": (idle_metrics * per_day_idle, other_metrics * per_day_cycles),
+        "usd": (usd_idle, usd_egress, usd_other, usd_req, usd_day),
+        "metrics_day": (
+            idle_metrics * per_day_idle,
+            egress_metrics * per_day_egress,
+            other_metrics * per_day_cycles,
+        ),
         "price": price,
         "checks": {
             f"GetMetricData calls for utilization {idle_calls} (cold {idle_calls_cold}) <= "
@@ -342,15 +357,15 @@ def main() -> int:
                     f"wall {c['wall_s']:.2f}s, emulator CPU {c['emulator_cpu_s']:.2f}s"
                 )
             print(f"  peak traced memory (idle cycle): {r['peak_mib']:.1f} MiB")
-            usd_idle, usd_other, usd_req, usd_day = r["usd"]
-            m_idle, m_other = r["metrics_day"]
+            usd_idle, usd_egress, usd_other, usd_req, usd_day = r["usd"]
+            m_idle, m_egress, m_other = r["metrics_day"]
             p = r["price"]
             print(
                 f"  CloudWatch API per day at the default cadence: ${usd_day:,.2f} "
-                f"(idle {m_idle:,.0f} metrics ${usd_idle:,.2f}; egress and others "
-                f"{m_other:,.0f} metrics ${usd_other:,.2f}; other requests ${usd_req:,.2f}) at "
-                f"${p.value} per 1,000 metrics requested ({p.source}, {p.as_of}"
-                f"{', unverified' if p.unverified else ''})"
+                f"(idle {m_idle:,.0f} metrics ${usd_idle:,.2f}; egress {m_egress:,.0f} metrics "
+                f"${usd_egress:,.2f}; every cycle {m_other:,.0f} metrics ${usd_other:,.2f}; "
+                f"other requests ${usd_req:,.2f}) at ${p.value} per 1,000 metrics requested "
+                f"({p.source}, {p.as_of}{', unverified' if p.unverified else ''})"
             )
             for name, ok in r["checks"].items():
                 missed += not ok

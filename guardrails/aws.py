@@ -243,6 +243,8 @@ class SeriesCache:
         # idle-reclaim's last read (guardrails.rules.idle_reclaim): when, and its decisions
         self.idle_read_at: datetime | None = None
         self.idle_decisions: dict[str, Any] = {}
+        # the last read as the state store has it, when another process made it
+        self.idle_last_read: dict[str, Any] | None = None
 
     def idle_due(self, now: datetime, every: timedelta) -> bool:
         last = self.idle_read_at
@@ -451,9 +453,10 @@ def fetch_rollups(
 ) -> tuple[dict[str, list[PeriodStat]], dict[str, str]]:
     """Each node's per-instance rollup over the window (``PeriodStat`` per period: Maximum,
     Minimum, SampleCount of every accelerator's values, ``common.telemetry.ROLLUP_STATS``),
-    plus nodes that could not be read (id -> why). Three metrics per instance (four with a
-    publisher heartbeat) whatever its accelerator count; no ListMetrics: the dimension set is
-    exactly {InstanceId}.
+    plus nodes that could not be read (id -> why). Three metrics per instance whatever its
+    accelerator count; no ListMetrics: the dimension set is exactly {InstanceId}. Publisher
+    heartbeats are not read here (``fetch_heartbeats``: only for nodes the rollup leaves
+    blind, and in ``explain``): a live publisher's rollup already proves it is alive.
 
     With ``cache``, the periods already read are kept and only the periods since the last read
     are asked for again, from ``max_gap + period`` before it (the most recent periods may still
@@ -465,6 +468,9 @@ def fetch_rollups(
     win_start = _floor(now - cfg.window - cfg.period, period_s)
     out: dict[str, list[PeriodStat]] = {}
     errors: dict[str, str] = {}
+    # every family's nodes go into the same calls, grouped by where their read starts
+    groups: dict[datetime, list[tuple[Node, SeriesRef, _RollupWindow]]] = {}
+    windows: dict[tuple[str, ...], tuple[_RollupWindow, dict[str, list[PeriodStat]]]] = {}
     for kind in sorted({n.accelerator_kind for n in nodes}):
         metric = cfg.metrics.get(kind)
         kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
@@ -476,64 +482,84 @@ def fetch_rollups(
         w = cache.rollups.get(key) if cache else None
         if w is None or not (win_start < w.until <= now):
             w = _RollupWindow(now, {})
+        windows[key] = (w, {})
         since = max(win_start, _floor(w.until - cfg.max_gap - cfg.period, period_s))
-        groups: dict[datetime, list[Node]] = {}
         for n in kind_nodes:
-            groups.setdefault(since if n.instance_id in w.periods else win_start, []).append(n)
-        beats = {r.key: r for r in heartbeat_refs(kind, metric, kind_nodes)}
-        kept: dict[str, list[PeriodStat]] = {}
-        for start, group in sorted(groups.items()):
-            items: list[tuple[SeriesRef, str]] = []
-            for n in group:
-                ref = SeriesRef(
-                    n.instance_id,
-                    "rollup",
-                    metric.namespace,
-                    metric.metric_name,
-                    (("InstanceId", n.instance_id),),
-                )
-                items += [(ref, stat) for stat in ROLLUP_STATS]
-            items += [(beats[n.instance_id], "Maximum") for n in group if n.instance_id in beats]
-            data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
-            k = len(ROLLUP_STATS)
-            for j, n in enumerate(group):
-                iid = n.instance_id
-                if any(j * k + o in failed for o in range(k)):
-                    errors[iid] = "GetMetricData failed for this node's batch"
-                    continue
-                mx, mn, sc = (data.get(j * k + o, Series()) for o in range(k))
-                if mx.timestamps == mn.timestamps == sc.timestamps:
-                    # the usual answer: one datapoint per period in all three
-                    fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
-                else:
-                    mins = dict(zip(mn.timestamps, mn.values, strict=True))
-                    counts = dict(zip(sc.timestamps, sc.values, strict=True))
-                    # a period with a Maximum but no SampleCount still proves busy; as
-                    # coverage it counts as zero samples (a hole)
-                    fresh = [
-                        PeriodStat(t, v, mins.get(t, v), counts.get(t, 0.0))
-                        for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
-                    ]
-                # periods read before and not asked for again, then this read's (ascending)
-                old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
-                kept[iid] = out[iid] = old + fresh
-            base = len(group) * k
-            for j, n in enumerate(m for m in group if m.instance_id in beats):
-                iid = n.instance_id
-                if base + j in failed:
-                    errors.setdefault(iid, "GetMetricData failed for this node's batch")
-                    continue
-                why = heartbeat_problem(data.get(base + j, Series()), now, cfg.max_gap)
-                if why:
-                    errors.setdefault(iid, why)
-        if cache is not None:
-            cache.rollups[key] = _RollupWindow(now, kept)
+            ref = SeriesRef(
+                n.instance_id,
+                "rollup",
+                metric.namespace,
+                metric.metric_name,
+                (("InstanceId", n.instance_id),),
+            )
+            start = since if n.instance_id in w.periods else win_start
+            groups.setdefault(start, []).append((n, ref, w))
+    kept_by_window = {id(w): kept for w, kept in windows.values()}
+    k = len(ROLLUP_STATS)
+    for start, group in sorted(groups.items()):
+        items = [(ref, stat) for _, ref, _ in group for stat in ROLLUP_STATS]
+        data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
+        for j, (n, _, w) in enumerate(group):
+            iid = n.instance_id
+            if any(j * k + o in failed for o in range(k)):
+                errors[iid] = "GetMetricData failed for this node's batch"
+                continue
+            mx, mn, sc = (data.get(j * k + o, Series()) for o in range(k))
+            if mx.timestamps == mn.timestamps == sc.timestamps:
+                # the usual answer: one datapoint per period in all three
+                fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
+            else:
+                mins = dict(zip(mn.timestamps, mn.values, strict=True))
+                counts = dict(zip(sc.timestamps, sc.values, strict=True))
+                # a period with a Maximum but no SampleCount still proves busy; as
+                # coverage it counts as zero samples (a hole)
+                fresh = [
+                    PeriodStat(t, v, mins.get(t, v), counts.get(t, 0.0))
+                    for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
+                ]
+            # periods read before and not asked for again, then this read's (ascending)
+            old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
+            kept_by_window[id(w)][iid] = out[iid] = old + fresh
+    if cache is not None:
+        for wkey, (_, kept) in windows.items():
+            cache.rollups[wkey] = _RollupWindow(now, kept)
     return out, errors
+
+
+def fetch_heartbeats(
+    cw: Any, nodes: list[Node], cfg: IdleConfig, now: datetime
+) -> dict[str, str | None]:
+    """Why each node's publisher counts as dead (None: alive), for the nodes whose metric
+    comes from a publisher of ours with a heartbeat (``heartbeat_refs``); other nodes are left
+    out. One metric per node over the idle window."""
+    items: list[tuple[SeriesRef, str]] = []
+    for kind in sorted({n.accelerator_kind for n in nodes}):
+        metric = cfg.metrics.get(kind)
+        if metric is not None:
+            kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
+            items += [(r, "Maximum") for r in heartbeat_refs(kind, metric, kind_nodes)]
+    if not items:
+        return {}
+    period_s = int(cfg.period.total_seconds())
+    start = _floor(now - cfg.window - cfg.period, period_s)
+    data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
+    out: dict[str, str | None] = {}
+    for i, (ref, _) in enumerate(items):
+        if i in failed:
+            out[ref.key] = "GetMetricData failed for the publisher heartbeat"
+        else:
+            out[ref.key] = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap)
+    return out
 
 
 def samples_per_period(cfg: IdleConfig) -> int:
     """Values each accelerator publishes per rollup period (``PUBLISH_INTERVAL_S`` apart)."""
     return max(1, int(cfg.period.total_seconds()) // PUBLISH_INTERVAL_S)
+
+
+# NetworkOut's period under EC2 basic monitoring; detailed monitoring's 60 s datapoints fall
+# inside it. Byte reads start and end on these boundaries, so each datapoint is in one read.
+BYTES_PERIOD_S = 300
 
 
 def sum_bytes(
@@ -546,11 +572,17 @@ def sum_bytes(
     start: datetime,
     end: datetime,
 ) -> tuple[dict[str, float], bool]:
-    """Total of a byte counter per resource over [start, end] (one Sum per series)."""
-    id_list = list(ids)
-    period = max(60, int((end - start).total_seconds()) // 60 * 60)
-    refs = [SeriesRef(i, "", namespace, metric, ((dim, i),)) for i in id_list]
-    data, failed = get_metric_data(cw, refs, start=start, end=end, period_s=period, stat="Sum")
+    """Bytes per resource in [start, end): the Sum of every ``BYTES_PERIOD_S`` period in it
+    (CloudWatch stamps a datapoint at its period's start and counts a period when
+    StartTime <= its start < EndTime). ``start`` and ``end`` must lie on period boundaries
+    (``guardrails.egress.read_span``), so consecutive reads neither miss nor repeat a byte.
+    Returns the totals and whether any batch failed (its resources are then missing)."""
+    if int(start.timestamp()) % BYTES_PERIOD_S or int(end.timestamp()) % BYTES_PERIOD_S:
+        raise ValueError(f"byte reads must start and end on {BYTES_PERIOD_S} s boundaries")
+    refs = [SeriesRef(i, "", namespace, metric, ((dim, i),)) for i in ids]
+    data, failed = get_metric_data(
+        cw, refs, start=start, end=end, period_s=BYTES_PERIOD_S, stat="Sum"
+    )
     return {refs[i].key: sum(s.values) for i, s in data.items()}, bool(failed)
 
 

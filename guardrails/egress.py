@@ -14,11 +14,76 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from common.catalog import Catalog
 
 GB = 2**30
+# Byte counters are read in whole periods of this length (``guardrails.aws.BYTES_PERIOD_S``).
+PERIOD = timedelta(seconds=300)
+# A read ends this long before now, on a period boundary: EC2 publishes a period's datapoint
+# after the period ends, and a read never goes back over a span it has read (UNVERIFIED: the
+# EC2 guide gives no publishing delay; one basic-monitoring period is our allowance).
+SETTLE = timedelta(minutes=5)
+
+
+def _floor(t: datetime, step: timedelta) -> datetime:
+    s = int(step.total_seconds())
+    return datetime.fromtimestamp(int(t.timestamp()) // s * s, t.tzinfo)
+
+
+def read_span(
+    now: datetime, last_end: datetime | None, window: timedelta
+) -> tuple[datetime, datetime] | None:
+    """The span [start, end) the next byte read covers: from where the last read ended (no
+    gap, no byte twice) to the last period boundary ``SETTLE`` before now. The first read, or
+    one after a gap longer than the window, covers the window. None: nothing new to read.
+
+    >>> from datetime import UTC
+    >>> t = datetime(2026, 1, 1, 12, 17, 30, tzinfo=UTC)
+    >>> [x.strftime("%H:%M") for x in read_span(t, None, timedelta(hours=1))]
+    ['11:10', '12:10']
+    >>> noon = t.replace(minute=0, second=0)
+    >>> [x.strftime("%H:%M") for x in read_span(t, noon, timedelta(hours=1))]
+    ['12:00', '12:10']
+    """
+    end = _floor(now - SETTLE, PERIOD)
+    first = _floor(end - window, PERIOD)
+    fresh = last_end is None or last_end > end or last_end < first
+    start = first if fresh or last_end is None else last_end
+    return (start, end) if start < end else None
+
+
+@dataclass(frozen=True)
+class EgressRead:
+    """Bytes one read found in [start, end): instances and NAT gateways, totals only."""
+
+    start: datetime
+    end: datetime
+    instance_bytes: float
+    nat_bytes: float
+
+    def to_json(self) -> list[Any]:
+        return [self.start.isoformat(), self.end.isoformat(), self.instance_bytes, self.nat_bytes]
+
+    @classmethod
+    def from_json(cls, row: list[Any]) -> EgressRead:
+        return cls(datetime.fromisoformat(row[0]), datetime.fromisoformat(row[1]), row[2], row[3])
+
+
+def window_reads(reads: list[EgressRead], window: timedelta) -> list[EgressRead]:
+    """The latest reads that follow each other without a gap and start within ``window`` of
+    the last one's end (rounded out to a period), oldest first."""
+    if not reads:
+        return []
+    first = _floor(reads[-1].end - window, PERIOD)
+    kept = [reads[-1]]
+    for r in reversed(reads[:-1]):
+        if r.end != kept[0].start or r.start < first:
+            break
+        kept.insert(0, r)
+    return kept
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,11 @@ budget-notification queue (``COREBURST_BUDGET_QUEUE_URL``, which becomes the ``b
 rule's ``budget_relay.queue_url``). An invocation runs one daemon cycle; the relay is a rule of
 it like the others.
 
+Each invocation builds a fresh daemon, so what must outlive it is in the state table: the
+leader lease, marks, the outbox, and when utilization and egress were last read (the rules
+keep ``idle.every`` and ``egress.every`` through the store's kv, not in memory), so an
+invocation between reads requests no metrics for them.
+
 Every invocation has its own lease owner (``lambda:<request id>``), so it hands the leader lease
 back before it returns; one that dies holding it (timeout, out of memory) blocks the next at most
 one schedule interval, because the lease lives no longer than that.

@@ -13,10 +13,16 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
+
+if TYPE_CHECKING:
+    from common.catalog import Catalog
+    from guardrails.aws import Aws
+    from guardrails.config import GuardrailsConfig
 
 T = TypeVar("T")
 
@@ -122,6 +128,31 @@ class NodeSummary:
     instance_type: str
     state: str  # idle | busy | unknown (blind: no usable utilization data)
     usd_per_hour: float | None
+
+
+def scan_region(
+    clients: Aws, cfg: GuardrailsConfig, region: str, catalog: Catalog, now: datetime
+) -> list[NodeSummary]:
+    """One (account, region) of the org-scan: its watched instances, each idle, busy or blind
+    as the daemon would decide it, from the same per-instance rollup the daemon reads (three
+    metrics per instance; per-device series only where a metric has no rollup), and its $/h.
+
+    ``clients`` is built on the account's session (``assume_role_session``).
+    """
+    from common.catalog import CatalogError
+    from guardrails.aws import inventory
+    from guardrails.rules.idle_reclaim import utilization
+
+    nodes = inventory(clients.client("ec2", region), region, cfg.watched_types(), catalog)
+    utils = utilization(clients, cfg, nodes, now, catalog=catalog) if nodes else {}
+    out = []
+    for n in nodes:
+        try:
+            price: float | None = catalog.hourly_price(n.instance_type, region, n.market)
+        except CatalogError:
+            price = None
+        out.append(NodeSummary(n.instance_id, n.instance_type, utils[n.instance_id].state, price))
+    return out
 
 
 def targets(

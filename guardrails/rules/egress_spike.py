@@ -2,48 +2,83 @@
 ``BytesOutToDestination`` over the window; alert over ``egress.daily_threshold_usd`` or on a
 jump against the trailing baseline (``guardrails.egress``'s pure functions decide).
 
+Bytes are read every ``egress.every`` (15 min), not every cycle: GetMetricData bills per
+metric requested. Each read covers the span since the last one (``guardrails.egress.read_span``)
+and the totals of the reads within ``egress.window`` make the projection. Where the last read
+ended, and what the reads found, live in the state store's kv, so a fresh process (the Lambda
+builds one per invocation) keeps the cadence and the window.
+
     >>> # run(ctx)   # ctx: guardrails.rules.RuleContext
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from guardrails import aws, messages
-from guardrails.config import EgressConfig
-from guardrails.egress import project_egress, spike
+from guardrails.config import EgressConfig, format_duration
+from guardrails.egress import EgressRead, project_egress, read_span, spike, window_reads
 from guardrails.rules import Rule, RuleContext
 from guardrails.rules.spend_limit import cost_explorer_cached
 from guardrails.spend import day_start, month_start
+from guardrails.state import iso, parse_iso
+
+# kv key: {"read_at", "reads": [EgressRead rows], "last": the last read's report}
+READS_KEY = "egress-spike:reads"
 
 
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
     cfg = ctx.cfg.egress
-    start = now - cfg.window
+    saved: dict[str, Any] = ctx.state.get(READS_KEY) or {}
+    read_at = parse_iso(saved["read_at"]) if saved.get("read_at") else None
+    if read_at is not None and read_at <= now < read_at + cfg.every:
+        # not due: the last read's projection stands (its alert, if any, was sent then)
+        if saved.get("last"):
+            ctx.report.egress = {**saved["last"], "alert": None}
+        return
+    reads = [EgressRead.from_json(r) for r in saved.get("reads", [])]
+    span = read_span(now, reads[-1].end if reads else None, cfg.window)
+    if span is None:
+        return
+    start, end = span
     inst_bytes: dict[str, float] = {}
     nat_bytes: dict[str, float] = {}
+    partial: list[str] = []
     for region in ctx.cfg.regions:
         cw = ctx.aws.client("cloudwatch", region)
         ids = [n.instance_id for n in ctx.nodes if n.region == region]
         if ids:
             b, failed = aws.sum_bytes(
-                cw, "AWS/EC2", "NetworkOut", "InstanceId", ids=ids, start=start, end=now
+                cw, "AWS/EC2", "NetworkOut", "InstanceId", ids=ids, start=start, end=end
             )
             inst_bytes.update(b)
             if failed:
-                ctx.report.errors.append(f"egress NetworkOut {region}: partial")
+                partial.append(f"egress NetworkOut {region}: partial")
         if cfg.include_nat:
             nats = aws.nat_gateways(ctx.aws.client("ec2", region))
             if nats:
-                b, _ = aws.sum_bytes(
+                b, failed = aws.sum_bytes(
                     cw,
                     "AWS/NATGateway",
                     "BytesOutToDestination",
                     "NatGatewayId",
                     ids=nats,
                     start=start,
-                    end=now,
+                    end=end,
                 )
                 nat_bytes.update(b)
+                if failed:
+                    partial.append(f"egress BytesOutToDestination {region}: partial")
+    if partial:
+        # the span stays unread (the cursor does not move): the next read, ``every`` later,
+        # covers it again, so no byte is lost and a lasting failure costs no more than reads
+        ctx.report.errors.extend(partial)
+        ctx.state.put(READS_KEY, {**saved, "read_at": iso(now)})
+        return
+    new = EgressRead(start, end, sum(inst_bytes.values()), sum(nat_bytes.values()))
+    reads = window_reads([*reads, new], cfg.window)
+    covered = reads[-1].end - reads[0].start
     mtd_gb = 0.0
     if ctx.cfg.spend.cost_explorer:
         ce = ctx.aws.client("ce", "us-east-1")
@@ -60,9 +95,18 @@ def run(ctx: RuleContext) -> None:
                 usage_type_group="EC2: Data Transfer - Internet (Out)",
             ),
         )
+    # the window's totals make the projection; the top talkers are this read's
     proj = project_egress(
-        inst_bytes, nat_bytes, cfg.window, mtd_gb, ctx.catalog, top=cfg.top_talkers
+        {"instances": sum(r.instance_bytes for r in reads)},
+        {"nat": sum(r.nat_bytes for r in reads)},
+        covered,
+        mtd_gb,
+        ctx.catalog,
+        top=0,
     )
+    talkers = project_egress(
+        inst_bytes, nat_bytes, end - start, 0.0, ctx.catalog, top=cfg.top_talkers
+    ).top_talkers
     history = ctx.state.egress_history(now - cfg.baseline, now)
     why = spike(
         proj.projected_day_usd,
@@ -71,21 +115,30 @@ def run(ctx: RuleContext) -> None:
         cfg.spike_factor,
         cfg.min_baseline_samples,
     )
+    if why:
+        why += (
+            f" (from {format_duration(covered)} of bytes sent up to {end:%H:%M} UTC; "
+            f"read every {format_duration(cfg.every)})"
+        )
     ctx.state.add_egress(now, proj.projected_day_usd, proj.projected_day_gb)
     ctx.metrics.egress.set(proj.projected_day_usd)
     ctx.report.egress = {
         "projected_day_usd": proj.projected_day_usd,
         "projected_day_gb": proj.projected_day_gb,
-        "top_talkers": proj.top_talkers,
+        "top_talkers": talkers,
         "alert": why,
+        "read": [iso(start), iso(end)],
+        "window_read": [iso(reads[0].start), iso(end)],
     }
+    ctx.state.put(
+        READS_KEY,
+        {"read_at": iso(now), "reads": [r.to_json() for r in reads], "last": ctx.report.egress},
+    )
     ctx.actuator.audit("egress", **ctx.report.egress)
     if why:
         by_id = {n.instance_id: n for n in ctx.nodes}
-        talkers = [
-            (k, gb, ctx.owner(by_id[k]) if k in by_id else None) for k, gb in proj.top_talkers
-        ]
-        ctx.alert(messages.egress_spike(now, why, talkers, cfg.window), cfg.cooldown)
+        named = [(k, gb, ctx.owner(by_id[k]) if k in by_id else None) for k, gb in talkers]
+        ctx.alert(messages.egress_spike(now, why, named, end - start), cfg.cooldown)
 
 
 RULE = Rule(
@@ -103,5 +156,5 @@ RULE = Rule(
     section=lambda c: c.egress,
     enabled=lambda c: c.egress.enabled,
     run=run,
-    example="egress: {daily_threshold_usd: 500, spike_factor: 3}",
+    example="egress: {daily_threshold_usd: 500, spike_factor: 3, every: 15m}",
 )

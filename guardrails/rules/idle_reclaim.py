@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -89,10 +89,16 @@ def utilization(
     cache: aws.SeriesCache | None = None,
     *,
     catalog: Catalog | None = None,
+    heartbeats: Literal["blind", "all"] = "blind",
 ) -> dict[str, Utilization]:
     """Each node's utilization over the window (``unknown`` where it could not be read): from
     the per-instance rollup where its family's metric has one (``idle.metrics.<kind>.rollup``),
-    else from every per-device series."""
+    else from every per-device series.
+
+    A publisher heartbeat (trn2) is read only for the nodes the rollup leaves blind, to say
+    "publisher dead" rather than "no data" (a live publisher's rollup proves it alive);
+    ``heartbeats="all"`` reads it for every such node (``explain``), and a dead one is then
+    blind whatever the rollup says."""
     out: dict[str, Utilization] = {}
     params = idle_params(cfg)
     spp = aws.samples_per_period(cfg.idle)
@@ -116,6 +122,22 @@ def utilization(
                 out[n.instance_id] = assess_rollup(
                     periods.get(n.instance_id, []), expected, now, params, spp
                 )
+            check = [
+                n
+                for n in by_rollup
+                if n.instance_id not in errors
+                and (heartbeats == "all" or out[n.instance_id].state == "unknown")
+            ]
+            if check:
+                for iid, why in aws.fetch_heartbeats(cw, check, cfg.idle, now).items():
+                    if why:
+                        u = out[iid]
+                        out[iid] = replace(
+                            u,
+                            state="unknown",
+                            reason=f"{why} (rollup: {u.reason})",
+                            idle_devices=[],
+                        )
         if per_device:
             series, errors = aws.fetch_utilization(cw, per_device, cfg.idle, now, cache)
             for n in per_device:
@@ -154,16 +176,43 @@ def _marked_at(n: Node, marks: Mapping[str, Any], mark_tag: str) -> datetime | N
     return marked_at
 
 
+# kv key: when utilization was last read and which nodes were idle or blind then (the rest of
+# those running at that time were busy), so a fresh process (the Lambda builds one per
+# invocation) keeps ``idle.every`` and reports the last read between reads.
+LAST_READ_KEY = "idle-reclaim:last-read"
+
+
+def _as_last_read(n: Node, saved: Mapping[str, Any]) -> Utilization:
+    at = str(saved["at"])
+    if n.instance_id in saved.get("idle", ()):
+        return Utilization("idle", f"idle at the last read ({at})")
+    if n.instance_id in saved.get("unknown", ()):
+        return Utilization(
+            "unknown", f"blind at the last read ({at}); `explain {n.instance_id}` says why"
+        )
+    if n.launch_time <= parse_iso(at):
+        return Utilization("busy", f"busy at the last read ({at})")
+    return Utilization("unknown", "not read yet (utilization is read every idle.every)")
+
+
 def run(ctx: RuleContext) -> None:
     """Read utilization every ``idle.every`` (not every cycle: GetMetricData bills per metric
     requested), decide and act. On a cycle in between, a node whose grace has run out is read
     fresh and decided at once (an action is delayed by at most one cycle, never skipped); the
     others keep their last decision in the report, and nothing else is read, tagged or sent.
     Before any reclaim the node's whole window is read again without the cached periods, so an
-    action never rests on a window pieced together from earlier reads alone."""
+    action never rests on a window pieced together from earlier reads alone. The last read's
+    time and outcome are kept in the state store (``LAST_READ_KEY``), so a new process on the
+    same store keeps the cadence."""
     now = ctx.clock.now()
     params = idle_params(ctx.cfg)
     cache = ctx.series_cache
+    if cache.idle_read_at is None:
+        got = ctx.state.get(LAST_READ_KEY)
+        if got:  # another process read last (or this one before a restart)
+            cache.idle_read_at = parse_iso(got["at"])
+            cache.idle_last_read = got
+    saved = cache.idle_last_read
     marks = ctx.state.marks()
     mark_tag = ctx.cfg.reclaim.mark_tag
     mark_times = {n.instance_id: _marked_at(n, marks, mark_tag) for n in ctx.nodes}
@@ -193,6 +242,15 @@ def run(ctx: RuleContext) -> None:
     if due:
         cache.idle_read_at = now
         cache.idle_decisions = dict(decisions)
+        cache.idle_last_read = None
+        ctx.state.put(
+            LAST_READ_KEY,
+            {
+                "at": iso(now),
+                "idle": sorted(k for k, d in decisions.items() if d.state == "idle"),
+                "unknown": sorted(k for k, d in decisions.items() if d.state == "unknown"),
+            },
+        )
     else:
         cache.idle_decisions.update(decisions)
     digests: dict[str, _Digest] = {}
@@ -201,13 +259,14 @@ def run(ctx: RuleContext) -> None:
         if d is None:
             last = cache.idle_decisions.get(n.instance_id)
             if last is None:
-                last = decide(
-                    n,
-                    Utilization("unknown", "not read yet (utilization is read every idle.every)"),
-                    mark_times[n.instance_id],
-                    now,
-                    params,
+                util = (
+                    _as_last_read(n, saved)
+                    if saved
+                    else Utilization(
+                        "unknown", "not read yet (utilization is read every idle.every)"
+                    )
                 )
+                last = decide(n, util, mark_times[n.instance_id], now, params)
             # as last read; no step is taken between reads
             report.decisions.append(replace(last, step="none"))
             report.states[last.state] += 1

@@ -182,7 +182,7 @@ def test_egress_spike_names_top_talker(harness: Any, hook: WebhookReceiver) -> N
     h = harness(
         """
 egress: {enabled: true, window: 30m, daily_threshold_usd: 5000, spike_factor: 3,
-         min_baseline_samples: 2, include_nat: true}
+         min_baseline_samples: 2, include_nat: true, every: 10m}
 """.replace("egress: {enabled: false}", "")
     )
     e1 = h.client("ec2")

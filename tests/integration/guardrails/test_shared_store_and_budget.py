@@ -237,8 +237,10 @@ def test_scheduled_invocations_each_act(
     """EventBridge Scheduler at rate(1 minute): invocations at 0, 60 and 120 s, each with its
     own request id. Each must be the leader and do its cycle's work — here, mark the node that
     went idle since the last one and send its Slack warning. (Before: the first invocation's
-    lease, never released and held for 180 s, left the second and third standing by.)"""
-    stack = lambda_stack()
+    lease, never released and held for 180 s, left the second and third standing by.)
+    ``idle.every`` is 1m so each invocation reads utilization (the cadence is kept in the
+    state table across invocations)."""
+    stack = lambda_stack(idle={"window": "30m", "max_gap": "5m", "every": "1m"})
     for i in range(3):
         at = t0 + timedelta(seconds=60 * i)
         node = stack.idle_node(at)

@@ -192,8 +192,9 @@ def _put(cw: Any, points: list[dict[str, Any]], at: datetime) -> None:
 
 
 def _decide(heartbeat_until: timedelta | None, report_name: str) -> Any:
-    """One trn2 publishing ``report_name`` each minute for 12 minutes up to now; its heartbeat
-    stops ``heartbeat_until`` before now (None: it never beats)."""
+    """One trn2 whose publisher sends ``report_name`` each minute for 12 minutes up to now and
+    stops ``heartbeat_until`` before now (None: it never ran). The publisher sends the cores,
+    their rollup and the heartbeat in one call, so when it stops all of them stop."""
     with mock_aws():
         aws = Aws(parse_config("").aws, session=fake_session())
         ec2, cw = aws.client("ec2", "us-east-1"), aws.client("cloudwatch", "us-east-1")
@@ -206,7 +207,8 @@ def _decide(heartbeat_until: timedelta | None, report_name: str) -> Any:
         for m in range(12, -1, -1):
             at = now - timedelta(minutes=m)
             alive = heartbeat_until is not None and at <= now - heartbeat_until
-            _put(cw, util + beat if alive else util, at)
+            if alive:
+                _put(cw, util + beat, at)
         utils = utilization(aws, cfg, nodes, now)
         return decide(nodes[0], utils[iid], None, now, idle_params(cfg))
 
@@ -224,8 +226,9 @@ def test_an_application_on_eight_cores_reads_as_busy() -> None:
 
 @pytest.mark.parametrize("stopped", [None, timedelta(minutes=5)])
 def test_a_dead_publisher_reads_as_blind_never_idle(stopped: timedelta | None) -> None:
-    """Every core's zero series is there (as if replayed), but the heartbeat is missing or
-    stopped 5 min ago (max gap 2 min): blind, never reclaimed."""
+    """The publisher never ran, or stopped 5 min ago (max gap 2 min): the rollup has a hole,
+    so the node is blind, never reclaimed; the heartbeat, read because the rollup is blind,
+    says why ("publisher dead" rather than a bare gap)."""
     d = _decide(stopped, "report_no_application.json")
     assert d.state == "unknown" and d.step == "none", d.reason
     assert "publisher dead" in d.reason
