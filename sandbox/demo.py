@@ -176,9 +176,12 @@ def demo(
             workdir = Path(tmp)
             cfg = parse_config(demo_config(moto.url, workdir), "<demo>")
             clients = Aws(cfg.aws, session=fake_session())
-            # Simulated time starts in the past so every datapoint is a plausible one.
+            # Simulated time starts in the past so every datapoint is a plausible one, on a
+            # 5-minute boundary: egress is read in whole 5-minute periods, so every run of the
+            # demo then sees the spike at the same cycle.
+            start = datetime.now(UTC) - timedelta(hours=2)
             clock = FakeClock(
-                (datetime.now(UTC) - timedelta(hours=2)).replace(second=0, microsecond=0)
+                start.replace(minute=start.minute - start.minute % 5, second=0, microsecond=0)
             )
             now = clock.now()
             ms, ds = month_start(now).date().isoformat(), day_start(now).date().isoformat()

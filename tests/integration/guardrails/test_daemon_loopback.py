@@ -178,6 +178,9 @@ spend:
     assert len(hook.titles()) == len(titles)
 
 
+PHASE_MIN = 0
+
+
 def test_egress_spike_names_top_talker(harness: Any, hook: WebhookReceiver) -> None:
     h = harness(
         """
@@ -185,6 +188,11 @@ egress: {enabled: true, window: 30m, daily_threshold_usd: 5000, spike_factor: 3,
          min_baseline_samples: 2, include_nat: true, every: 10m}
 """.replace("egress: {enabled: false}", "")
     )
+    # Egress is read in whole 5-minute NetworkOut periods that ended at least 5 minutes ago,
+    # so what one read sees of a spike depends on where "now" falls in a period. Cycles run
+    # on period boundaries here (PHASE_MIN past one), as a 5-minute-aligned timer would.
+    now = h.clock.now()
+    h.clock.set(now.replace(minute=now.minute - now.minute % 5) + timedelta(minutes=PHASE_MIN))
     e1 = h.client("ec2")
     nodes = [
         FleetNode(i, "us-east-1", "nvidia", 1, "busy", egress_gb_per_hour=2.0)
