@@ -32,7 +32,6 @@ import logging
 import math
 import os
 import re
-import subprocess
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -49,7 +48,7 @@ from burst.hostlist import HostlistError, compress, expand
 from burst.slurmconf import NodeSet, node_set_of
 from common.catalog import CatalogError, load_catalog
 from common.pricing import instance_rate
-from guardrails.slurm import SPEND_HOLD_PREFIX, spend_left
+from guardrails.slurm import SPEND_HOLD_PREFIX, run_tool, spend_left
 from infra.config import StackConfigError
 
 if TYPE_CHECKING:
@@ -89,25 +88,13 @@ class Slurm(Protocol):
 
 @dataclass
 class Scontrol:
-    """The real ``scontrol`` (PATH, SLURM_CONF from the environment)."""
+    """The real ``scontrol`` (PATH, SLURM_CONF from the environment); a failure, a timeout or
+    output that is not UTF-8 is one ``guardrails.slurm.SlurmError`` line."""
 
-    binary: str = "scontrol"
     timeout_s: float = 30.0
 
     def scontrol(self, *args: str) -> str:
-        proc = subprocess.run(
-            [self.binary, *args],
-            check=False,
-            capture_output=True,
-            text=True,
-            timeout=self.timeout_s,
-        )
-        if proc.returncode != 0:
-            raise RuntimeError(
-                f"scontrol {' '.join(args[:3])} failed ({proc.returncode}): "
-                f"{proc.stderr.strip()[:300]}"
-            )
-        return proc.stdout
+        return run_tool("scontrol", *args, bin_dir=None, conf=None, timeout_s=self.timeout_s)
 
 
 @dataclass
@@ -503,7 +490,7 @@ class Power:
         fallback = slurm_hours(self.stack.settings.max_time) or 24 * 7
         try:
             out = self.slurm.scontrol("-o", "show", "job", job_id)
-        except (RuntimeError, OSError, subprocess.SubprocessError):
+        except RuntimeError:  # guardrails.slurm.SlurmError: one line
             return fallback
         m = re.search(r"\bTimeLimit=(\S+)", out)
         hours = slurm_hours(m.group(1)) if m else None

@@ -92,33 +92,9 @@ class Scontrol:
     timeout_s: float = 30.0
 
     def run(self, *args: str) -> str:
-        exe = str(self.bin_dir / "scontrol") if self.bin_dir else "scontrol"
-        env = dict(os.environ)
-        if self.conf is not None:
-            env["SLURM_CONF"] = str(self.conf)
-        try:
-            proc = subprocess.run(
-                [exe, *args],
-                check=False,
-                capture_output=True,
-                text=True,
-                timeout=self.timeout_s,
-                env=env,
-            )
-        except FileNotFoundError:
-            raise SlurmError(
-                f"{exe} not found: install slurm-client or set slurm_bin_dir"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise SlurmError(
-                f"scontrol {' '.join(args[:3])} timed out after {self.timeout_s:g}s"
-            ) from None
-        except OSError as exc:
-            raise SlurmError(f"{exe}: {exc.strerror}") from None
-        if proc.returncode != 0:
-            err = " ".join(proc.stderr.split())[:300]
-            raise SlurmError(f"scontrol {' '.join(args[:3])} failed ({proc.returncode}): {err}")
-        return proc.stdout
+        return run_tool(
+            "scontrol", *args, bin_dir=self.bin_dir, conf=self.conf, timeout_s=self.timeout_s
+        )
 
     def nodes(self) -> dict[str, SlurmNode]:
         return parse_nodes(self.run("-o", "show", "nodes"))
@@ -370,7 +346,7 @@ def run_tool(
         env["SLURM_CONF"] = str(conf)
     try:
         proc = subprocess.run(
-            [exe, *args], check=False, capture_output=True, text=True, timeout=timeout_s, env=env
+            [exe, *args], check=False, capture_output=True, timeout=timeout_s, env=env
         )
     except FileNotFoundError:
         raise SlurmError(f"{exe} not found: install slurm-client or set slurm_bin_dir") from None
@@ -379,9 +355,16 @@ def run_tool(
     except OSError as exc:
         raise SlurmError(f"{exe}: {exc.strerror}") from None
     if proc.returncode != 0:
-        err = " ".join(proc.stderr.split())[:300]
+        err = " ".join(proc.stderr.decode("utf-8", "replace").split())[:300]
         raise SlurmError(f"{tool} {' '.join(args[:3])} failed ({proc.returncode}): {err}")
-    return proc.stdout
+    try:
+        return str(proc.stdout.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        # A job name or comment may hold any bytes; read nothing rather than guess.
+        raise SlurmError(
+            f"{tool} {' '.join(args[:3])} printed bytes that are not UTF-8 (at byte "
+            f"{exc.start}); nothing was read from it"
+        ) from None
 
 
 @dataclass

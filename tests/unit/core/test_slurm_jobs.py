@@ -9,6 +9,7 @@ is scontrol(1)'s ``GRES=gpu:h100:2(IDX:0-1)`` as ``scontrol -d show job`` prints
 from __future__ import annotations
 
 import json
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -89,3 +90,32 @@ def test_malformed_output_is_one_line_and_nothing_is_read(text: str, why: str) -
     with pytest.raises(SlurmError, match=why) as e:
         parse_jobs(text)
     assert "\n" not in str(e.value)
+
+
+def test_output_that_is_not_utf8_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's name or comment may hold any bytes (squeue prints them as given): every Slurm
+    client read (squeue for core-idle, scontrol for burst) says so in one line instead of a
+    UnicodeDecodeError traceback, and nothing is read from it."""
+    from burst.power import Scontrol as BurstScontrol
+    from guardrails.slurm import Scontrol, SlurmJobs
+
+    sample = FIXTURE.read_bytes()
+    bad = sample.replace(b'"comment": "', b'"comment": "caf\xe9 ', 1)
+    assert bad != sample
+    (tmp_path / "bad.json").write_bytes(bad)
+    for tool in ("squeue", "scontrol"):
+        script = tmp_path / tool
+        script.write_text(f"#!/bin/sh\ncat {tmp_path / 'bad.json'}\n")
+        script.chmod(0o755)
+    for read in (
+        lambda: SlurmJobs(bin_dir=tmp_path).running(),
+        lambda: Scontrol(tmp_path).nodes(),
+    ):
+        with pytest.raises(SlurmError) as err:
+            read()
+        assert "not UTF-8" in str(err.value) and "\n" not in str(err.value)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    with pytest.raises(SlurmError, match="not UTF-8"):
+        BurstScontrol().scontrol("-o", "show", "job", "1")
