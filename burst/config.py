@@ -21,6 +21,7 @@ import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
+from burst.hostlist import HostlistError, expand
 from common.catalog import load_catalog
 from common.textio import read_text
 from infra.config import BurstNode, StackConfig, StackConfigError, parse_stack_config
@@ -53,8 +54,23 @@ def _safe(value: str) -> str:
     return value
 
 
+def _hostlist(value: str) -> str:
+    # Slurm reads a bad hostlist in slurm.conf as a fatal error at slurmctld start-up (or as
+    # node names that never match); fail here, before anything is rendered.
+    try:
+        expand(value)
+    except HostlistError as exc:
+        raise ValueError(
+            f"{exc}; write a Slurm hostlist such as dgx[01-16] or dgx1,dgx[3-4] "
+            "(names of letters, digits, . _ -; ranges in [ ])"
+        ) from None
+    return value
+
+
 SlurmTime = Annotated[str, AfterValidator(_slurm_time)]
 SafeValue = Annotated[str, AfterValidator(_safe)]
+# A Slurm hostlist (burst.hostlist.expand accepts it), safe to put into slurm.conf.
+Hostlist = Annotated[str, AfterValidator(_safe), AfterValidator(_hostlist)]
 
 
 class _Model(BaseModel):
@@ -142,7 +158,7 @@ class BurstSettings(_Model):
     """``coreburst:burst`` in ``Pulumi.<stack>.yaml``; every key has a default."""
 
     # The on-prem nodes (a Slurm hostlist): never suspended, ordered first through partitions.
-    core_nodes: SafeValue | None = None
+    core_nodes: Hostlist | None = None
     core_partition: SafeValue = "core"
     burst_partition: SafeValue = "burst"
     spot_partition: SafeValue = "spot"
@@ -176,6 +192,9 @@ class BurstSettings(_Model):
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")
     # Instance tag holding the Slurm node name.
     node_tag_key: str = "coreburst-slurm-node"
+    # Which resume run owns which node (burst/claims.py; SQLite, on the controller). Default:
+    # burst-claims.sqlite beside auditLog.
+    claims_file: Path | None = None
     spend_gate: SpendGate | None = None
     # The guardrails daemon's burst-reconcile heartbeat file (burst_reconcile.heartbeat_file in
     # guardrails.yaml). When set, resume launches nothing while it is older than

@@ -42,9 +42,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from burst.claims import Batch, Claims, new_token
 from burst.config import BurstStack, GateLimits, gate_limits
 from burst.cost import slurm_hours
 from burst.hostlist import HostlistError, compress, expand
+from burst.ledger import SpendLedger
 from burst.slurmconf import NodeSet, node_set_of
 from common.catalog import CatalogError, load_catalog
 from common.pricing import instance_rate
@@ -58,6 +60,9 @@ log = logging.getLogger("burst.power")
 
 STACK_TAG_KEY = "coreburst-stack"  # the same key infra/program.py puts on every resource
 CLUSTER_TAG_KEY = "coreburst-cluster"
+# The batch's ClientToken, on every instance it launched: a run that died before tagging its
+# instances with node names left instances the next run (or the reconciler) can find.
+LAUNCH_TAG_KEY = "coreburst-launch"
 # EC2 API reference, CreateFleet: an instant fleet launches at most 500 instances per call
 # ("The maximum number of instances... for a fleet of type instant is 500").
 FLEET_BATCH = 500
@@ -123,6 +128,9 @@ class LaunchGroup:
 class ResumeResult:
     launched: dict[str, str] = field(default_factory=dict)  # node -> instance id
     already: dict[str, str] = field(default_factory=dict)
+    busy: dict[str, str] = field(default_factory=dict)  # node -> the live run launching it
+    # Nodes whose CreateFleet got no clear answer: their claims keep the ClientToken.
+    unsure: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # node -> error code
     held: list[str] = field(default_factory=list)  # nodes the spend gate held
     refused: list[str] = field(default_factory=list)  # stale reconciler heartbeat
@@ -226,6 +234,7 @@ class Power:
         audit: Audit,
         *,
         spend: StateStore | None = None,
+        claims: Claims | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.stack = stack
@@ -234,10 +243,20 @@ class Power:
         self.audit = audit
         # The guardrails' state for the spend gate; opened on first use when not given.
         self.spend = spend
+        self._claims = claims
+        self._unsure: set[str] = set()
         self.now = now
         self.nodes_of = node_set_of(stack)
         self.node_tag = stack.settings.node_tag_key
         self._templates: dict[str, str] | None = None
+
+    @property
+    def claims(self) -> Claims:
+        """Which run owns which node (opened on first use)."""
+        if self._claims is None:
+            s = self.stack.settings
+            self._claims = Claims(s.claims_file or s.audit_log.with_name("burst-claims.sqlite"))
+        return self._claims
 
     # -- EC2 lookups ----------------------------------------------------------------------
     def instances_of(
@@ -285,10 +304,12 @@ class Power:
 
     # -- resume ---------------------------------------------------------------------------
     def fleet_request(
-        self, ns: NodeSet, template_id: str, count: int, strict: bool
+        self, ns: NodeSet, template_id: str, count: int, strict: bool, token: str | None = None
     ) -> dict[str, Any]:
         """The CreateFleet request for ``count`` nodes of one set (EC2 API reference,
-        CreateFleet; botocore's ec2 model checks the shape in tests)."""
+        CreateFleet; botocore's ec2 model checks the shape in tests). ``token``: the
+        ClientToken (the same request with the same token launches nothing new), also
+        tagged on the instances."""
         market = ns.market
         capacity_type = {"spot": "spot", "capacity-block": "capacity-block"}.get(
             market, "on-demand"
@@ -297,6 +318,7 @@ class Power:
             STACK_TAG_KEY: self.stack.name,
             CLUSTER_TAG_KEY: ns.cluster,
             **self.stack.config.tags.as_aws_tags(),
+            **({LAUNCH_TAG_KEY: token} if token else {}),
         }
         req: dict[str, Any] = {
             "Type": "instant",
@@ -323,6 +345,8 @@ class Power:
         opts: dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True}
         if strict:
             opts["MinTargetCapacity"] = count
+        if token:
+            req["ClientToken"] = token
         if capacity_type == "spot":
             # Without an allocation strategy moto's spot path fails; EC2's default is
             # lowest-price, which is the pool most likely to be interrupted.
@@ -339,9 +363,17 @@ class Power:
         return req
 
     def _launch_batch(
-        self, ns: NodeSet, nodes: list[str], strict: bool, result: ResumeResult
+        self,
+        ns: NodeSet,
+        nodes: list[str],
+        strict: bool,
+        result: ResumeResult,
+        token: str | None = None,
     ) -> tuple[dict[str, str], str | None]:
-        """node -> instance id for what launched, and an error code for the rest."""
+        """node -> instance id for what launched, and an error code for the rest. An answer
+        that leaves it unknown whether EC2 launched (no reply, a 5xx, throttling) puts the
+        nodes in ``result.unsure``: their claims keep the token, so the next run sends the
+        same request again and EC2 answers with what this one launched, if anything."""
         try:
             template = self.launch_template(ns.cluster)
         except LookupError:
@@ -352,12 +384,19 @@ class Power:
                 ns.cluster,
             )
             return {}, "LaunchTemplateNotFound"
-        req = self.fleet_request(ns, template, len(nodes), strict)
+        req = self.fleet_request(ns, template, len(nodes), strict, token)
         result.fleet_calls += 1
         try:
             resp = self.ec2.create_fleet(**req)
         except (ClientError, BotoCoreError) as exc:
             log.error("CreateFleet for %s failed: %s", compress(nodes), exc)
+            status = (
+                exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+                if isinstance(exc, ClientError)
+                else 0
+            )
+            if not isinstance(exc, ClientError) or status >= 500 or "Limit" in _error_code(exc):
+                result.unsure.update(nodes)
             return {}, _error_code(exc)
         ids = [i for item in resp.get("Instances", []) for i in item.get("InstanceIds", [])]
         errors = resp.get("Errors", [])
@@ -390,7 +429,9 @@ class Power:
                 if group.all_or_nothing and failed:
                     failed.update(dict.fromkeys(batch, next(iter(failed.values()))))
                     continue
-                launched, code = self._launch_batch(ns, batch, group.all_or_nothing, result)
+                token = new_token()
+                self.claims.prepare(batch, token, group.all_or_nothing)
+                launched, code = self._launch_batch(ns, batch, group.all_or_nothing, result, token)
                 got.update(launched)
                 if code is not None:
                     failed.update({n: code for n in batch if n not in launched})
@@ -401,15 +442,48 @@ class Power:
             self._terminate(list(got.values()))
             failed.update(dict.fromkeys(got, code))
             got = {}
-        self._tag_nodes(got)
-        result.launched.update(got)
+        self._keep(got, result)
         result.failed.update(failed)
+
+    def _launch_resumed(self, batch: Batch, result: ResumeResult) -> None:
+        """Send a dead run's request again with its token: EC2 answers with the instances
+        that call launched (or launches them now if it never arrived). Instances for nodes
+        suspended since go again."""
+        ns = self.nodes_of[batch.nodes[0]]
+        log.warning(
+            "taking over %s from a run that stopped mid-launch (ClientToken %s)",
+            compress(batch.members),
+            batch.token,
+        )
+        self.audit("resume.takeover", nodes=compress(batch.members), token=batch.token)
+        launched, code = self._launch_batch(ns, batch.nodes, batch.strict, result, batch.token)
+        extra = [iid for n, iid in launched.items() if n not in batch.members]
+        if extra:
+            self._terminate(extra)
+        got = {n: iid for n, iid in launched.items() if n in batch.members}
+        if code is not None:
+            result.failed.update({n: code for n in batch.members if n not in got})
+        self._keep(got, result)
+
+    def _keep(self, got: dict[str, str], result: ResumeResult) -> None:
+        """Tag what launched with its node, record it in the node's claim; an instance
+        whose node was suspended (or failed) meanwhile is terminated, not kept."""
+        if not got:
+            return
+        self._tag_nodes(got)
+        lost = self.claims.launched(got)
+        if lost:
+            ids = [got.pop(n) for n in lost]
+            log.warning("%s suspended while launching: terminating %s", compress(lost), ids)
+            self._terminate(ids)
+            self.audit("resume.cancelled", nodes=compress(lost), instances=sorted(ids))
+        result.launched.update(got)
 
     def _tag_nodes(self, got: dict[str, str]) -> None:
         """One CreateTags per instance (each carries its own node name), in parallel: 500
         sequential calls would take most of a minute on EC2. boto3 clients are thread-safe.
-        Until its tag lands an instance carries only the stack and cluster tags (an orphan
-        to the reconciler if this program dies here)."""
+        Until its tag lands an instance carries only the stack, cluster and launch tags (an
+        orphan to the reconciler if no run takes its batch over)."""
 
         def tag(item: tuple[str, str]) -> None:
             node, iid = item
@@ -441,9 +515,23 @@ class Power:
                 "nodehostname=" + ",".join(r[2] for r in chunk),
             )
 
-    def fail_nodes(self, failed: dict[str, str]) -> None:
+    def note_jobs(self, jobs: Iterable[str], text: str) -> None:
+        """Say on each job why it waits (``scontrol show job`` shows ``AdminComment=``; only
+        an administrator can set it, so a user cannot overwrite it). One line; a job Slurm
+        no longer knows is skipped."""
+        line = " ".join(text.split())[:900]
+        for job in dict.fromkeys(jobs):
+            try:
+                self.slurm.scontrol("update", f"jobid={job}", f"AdminComment={line}")
+            except RuntimeError as exc:  # guardrails.slurm.SlurmError: one line
+                log.warning("cannot note job %s: %s", job, exc)
+
+    def fail_nodes(
+        self, failed: dict[str, str], jobs: list[tuple[str, list[str]]] | None = None
+    ) -> None:
         """DOWN with the error code (the job requeues now), then POWER_DOWN_FORCE so the node
-        is idle~ again (REFERENCE.md, Slurm power saving: about 1 s in 22.05)."""
+        is idle~ again (REFERENCE.md, Slurm power saving: about 1 s in 22.05). The jobs
+        waiting for the nodes say why; the nodes' claims and commitments go."""
         by_code: dict[str, list[str]] = {}
         for node, code in failed.items():
             by_code.setdefault(code, []).append(node)
@@ -454,6 +542,36 @@ class Power:
             )
             self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
             self.audit("resume.failed", nodes=hl, code=code)
+            mine = set(nodes)
+            self.note_jobs(
+                [j for j, jn in jobs or [] if mine.intersection(jn)],
+                f"coreburst: burst launch for {hl} failed ({code}); requeued "
+                f"{self.now():%Y-%m-%d %H:%M:%SZ}",
+            )
+        self.release(list(failed), keep_unsure=True)
+
+    def release(self, nodes: list[str], *, keep_unsure: bool = False) -> None:
+        """Drop the nodes' claims and spend commitments (never stops a terminate or a
+        power-down: a failure here is logged). ``keep_unsure``: claims of this run whose
+        CreateFleet got no clear answer stay, with their token, for the next run."""
+        unsure = self._unsure if keep_unsure else set()
+        try:
+            self.claims.release([n for n in nodes if n not in unsure])
+        except Exception as exc:
+            log.error("cannot release the claims of %s: %s", compress(nodes), exc)
+        gate = self.stack.settings.spend_gate
+        if gate is None:
+            return
+        try:
+            limits = gate_limits(gate)
+            if self.spend is None:
+                self.spend = open_spend_state(limits.state_path)
+            freed = SpendLedger(self.spend, limits.scope).release(nodes, self.now())
+        except Exception as exc:
+            log.error("spend gate: cannot release the commitments of %s: %s", compress(nodes), exc)
+            return
+        if freed:
+            self.audit("spend.released", nodes=compress(nodes), usd=round(freed, 2))
 
     # -- reconciler heartbeat -------------------------------------------------------------
     def heartbeat_stale(self) -> str | None:
@@ -475,13 +593,21 @@ class Power:
             return f"reconciler heartbeat is {age:.0f}s old (limit {limit}s)"
         return None
 
-    def refuse(self, names: list[str], why: str) -> None:
+    def refuse(
+        self, names: list[str], why: str, jobs: list[tuple[str, list[str]]] | None = None
+    ) -> None:
         """DOWN with HEARTBEAT_REASON (the jobs requeue now), then a forced power-down."""
         hl = compress(names)
         self.slurm.scontrol("update", f"nodename={hl}", "state=down", f"reason={HEARTBEAT_REASON}")
         self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
         log.error("resume refused for %s: %s", hl, why)
         self.audit("resume.refused", nodes=hl, reason=why)
+        mine = set(names)
+        self.note_jobs(
+            [j for j, jn in jobs or [] if mine.intersection(jn)],
+            f"coreburst: burst paused ({why}); requeued, waits for the core or a retry",
+        )
+        self.release(names)
 
     # -- spend gate -----------------------------------------------------------------------
     def _job_hours(self, job_id: str) -> float:
@@ -518,7 +644,9 @@ class Power:
         self, names: list[str], jobs: list[tuple[str, list[str]]]
     ) -> tuple[float, str | None]:
         """(projected USD, why it may not launch or None). Each node costs its instance's
-        $/h (common.pricing) times the longest time limit of the jobs it is resumed for."""
+        $/h (common.pricing) times the longest time limit of the jobs it is resumed for. An
+        approval commits that cost in the scope's ledger (burst/ledger.py) atomically with
+        the check: limit - accrued - committed must hold it."""
         gate = self.stack.settings.spend_gate
         assert gate is not None
         wanted = set(names)
@@ -530,14 +658,16 @@ class Power:
                 for n in mine:
                     hours[n] = max(hours.get(n, 0.0), h)
         cat = load_catalog()
-        cost = 0.0
+        asks: dict[str, tuple[float, float]] = {}
         for n in names:
             ns = self.nodes_of[n]
             try:
                 rate, _ = instance_rate(cat, ns.instance_type, self.stack.config.region, ns.market)
             except CatalogError as exc:
+                cost = sum(r * h for r, h in asks.values())
                 return cost, f"no price for {ns.instance_type} {ns.market} ({exc})"
-            cost += rate * hours.get(n, gate.default_hours)
+            asks[n] = (rate, hours.get(n, gate.default_hours))
+        cost = sum(r * h for r, h in asks.values())
         try:
             limits = gate_limits(gate)
         except StackConfigError as exc:  # a broken gate holds: it never launches unchecked
@@ -546,17 +676,32 @@ class Power:
         left = self._left(limits)
         if isinstance(left, str):
             return cost, left
-        for period, usd in left.items():
-            if cost > usd:
-                return cost, (
-                    f"${cost:,.0f} projected > ${max(usd, 0):,.0f} left {period} ({limits.scope})"
-                )
+        assert self.spend is not None
+        try:
+            r = SpendLedger(self.spend, limits.scope).reserve(
+                asks, left, self.now(), jobs=[j for j, jn in jobs if wanted.intersection(jn)]
+            )
+        except Exception as exc:  # LedgerBusyError or any store failure holds
+            log.error("spend gate: cannot commit: %s", exc)
+            return cost, f"spend ledger unavailable ({type(exc).__name__})"
+        if not r.ok:
+            return cost, r.why
+        self.audit(
+            "spend.committed",
+            nodes=compress(names),
+            usd=round(cost, 2),
+            committed_before_usd=round(r.committed_usd, 2),
+            scope=limits.scope,
+        )
         return cost, None
 
-    def hold(self, names: list[str], why: str, cost: float, jobs: list[str]) -> None:
+    def hold(
+        self, names: list[str], why: str, cost: float, jobs: list[tuple[str, list[str]]]
+    ) -> None:
         """A MAINT reservation on the nodes (Slurm neither gives them to pending jobs nor
         powers them up, REFERENCE.md "Slurm power saving"), then DOWN with the gate's reason
-        (the jobs requeue now) and a forced power-down (the nodes are idle~ again)."""
+        (the jobs requeue now) and a forced power-down (the nodes are idle~ again). Each
+        waiting job says why, with its projected cost."""
         hl = compress(names)
         # The projected cost goes into the name (22.05 reservations carry no comment), so the
         # release knows whether this hold fits what is left.
@@ -573,20 +718,69 @@ class Power:
         reason = f"reason={SPEND_HOLD_REASON}: {why}"
         self.slurm.scontrol("update", f"nodename={hl}", "state=down", reason)
         self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
-        log.warning("spend gate holds %s (jobs %s): %s", hl, ",".join(jobs) or "-", why)
+        wanted = set(names)
+        held_jobs = [j for j, jn in jobs if wanted.intersection(jn)]
+        log.warning("spend gate holds %s (jobs %s): %s", hl, ",".join(held_jobs) or "-", why)
         self.audit(
             "resume.held",
             nodes=hl,
-            jobs=jobs,
+            jobs=held_jobs or [j for j, _ in jobs],
             cost_usd=round(cost, 2),
             reason=why,
             reservation=resv,
         )
+        self.note_jobs(
+            held_jobs,
+            f"coreburst: held by the burst spend gate, projected ${cost:,.2f} for {hl}: {why}"
+            + (f"; waits for reservation {resv} to lift" if resv else ""),
+        )
+        self.release(names)
+
+    def _gone(self, recorded: dict[str, str]) -> dict[str, str]:
+        """Of the instances claims record (node -> id), those EC2 says are not pending or
+        running. One it does not know yet (eventual consistency) counts as live."""
+        gone: dict[str, str] = {}
+        by_id = {iid: n for n, iid in recorded.items()}
+        for chunk in _chunks(list(by_id), FILTER_VALUES_MAX):
+            resp = self.ec2.describe_instances(Filters=[{"Name": "instance-id", "Values": chunk}])
+            for res in resp["Reservations"]:
+                for inst in res["Instances"]:
+                    if inst["State"]["Name"] not in LIVE_STATES:
+                        gone[by_id[inst["InstanceId"]]] = inst["InstanceId"]
+        return gone
+
+    def _claim(self, todo: list[str], result: ResumeResult) -> tuple[list[str], list[Batch]]:
+        """Claim ``todo``: the nodes this run launches afresh, and dead runs' batches it
+        sends again. Nodes a live run is launching are left to it (``result.busy``)."""
+        stale = float(self.stack.settings.resume_timeout)
+        got = self.claims.claim(todo, stale_after_s=stale)
+        if got.recorded:
+            gone = self._gone(got.recorded)
+            for n, iid in got.recorded.items():
+                if n not in gone:
+                    result.already[n] = iid
+            if gone:
+                again = self.claims.claim(list(gone), stale_after_s=stale, replace=gone)
+                got.mine += again.mine
+                got.busy.update(again.busy)
+                got.resumed += again.resumed
+                for n, iid in again.recorded.items():
+                    result.already[n] = iid
+        result.busy.update(got.busy)
+        if got.busy:
+            log.info("being launched by another run, left to it: %s", compress(got.busy))
+            self.audit(
+                "resume.in_progress",
+                nodes=compress(got.busy),
+                owners=sorted(set(got.busy.values())),
+            )
+        return got.mine, got.resumed
 
     def resume(self, hostlist: str, resume_file: str | None) -> ResumeResult:
         names = parse_nodes(hostlist, self.nodes_of)
         jobs = read_resume_file(resume_file) if resume_file else []
         result = ResumeResult()
+        self._unsure = result.unsure
         self.audit("resume.request", nodes=compress(names), jobs=[j for j, _ in jobs])
         try:
             live = self.instances_of(names, LIVE_STATES)
@@ -594,25 +788,34 @@ class Power:
             code = _error_code(exc)
             log.error("DescribeInstances failed: %s", exc)
             result.failed = dict.fromkeys(names, code)
-            self.fail_nodes(result.failed)
+            self.fail_nodes(result.failed, jobs)
             return result
         for n, insts in live.items():
             result.already[n] = insts[0]["InstanceId"]
+        todo = [n for n in names if n not in result.already]
+        fresh, resumed = self._claim(todo, result) if todo else ([], [])
         if result.already:
             log.info("already running, not launched again: %s", compress(result.already))
             self.audit("resume.already_running", nodes=compress(result.already))
-        todo = [n for n in names if n not in result.already]
-        stale = self.heartbeat_stale() if todo else None
+        taken = [n for b in resumed for n in b.members]
+        stale = self.heartbeat_stale() if fresh or taken else None
         if stale is not None:
-            self.refuse(todo, stale)
-            result.refused, todo = todo, []
-        if todo and self.stack.settings.spend_gate is not None:
-            cost, why = self.spend_check(todo, jobs)
+            self.refuse(fresh + taken, stale, jobs)
+            result.refused, fresh, resumed = fresh + taken, [], []
+        if fresh and self.stack.settings.spend_gate is not None:
+            cost, why = self.spend_check(fresh, jobs)
             if why is not None:
-                self.hold(todo, why, cost, [j for j, _ in jobs])
-                result.held = todo
-                todo = []
-        for group in launch_groups(todo, jobs):
+                self.hold(fresh, why, cost, jobs)
+                result.held = fresh
+                fresh = []
+        for batch in resumed:  # approved (and committed) by the run that died
+            try:
+                self._launch_resumed(batch, result)
+            except (ClientError, BotoCoreError) as exc:
+                code = _error_code(exc)
+                log.error("takeover of %s: %s", compress(batch.members), exc)
+                result.failed.update({n: code for n in batch.members if n not in result.launched})
+        for group in launch_groups(fresh, jobs):
             try:
                 self._launch_group(group, result)
             except (ClientError, BotoCoreError) as exc:
@@ -630,19 +833,47 @@ class Power:
             )
         self.tell_addresses({**result.already, **result.launched})
         if result.failed:
-            self.fail_nodes(result.failed)
+            self.fail_nodes(result.failed, jobs)
         return result
 
     # -- suspend / resume-fail ------------------------------------------------------------
     def terminate(self, hostlist: str, event: str) -> list[str]:
+        """End the nodes' instances (suspend, resume-fail). Their claims go first, so a
+        resume still launching one of them terminates what it launches instead of keeping
+        it; then their spend commitments. After resume-fail the nodes go back to the pool
+        (:meth:`return_to_pool`)."""
         names = parse_nodes(hostlist, self.nodes_of)
+        self.claims.release(names)
         held = self.instances_of(names, HELD_STATES)
         ids = [i["InstanceId"] for insts in held.values() for i in insts]
         if ids:
             self._terminate(ids)
         log.info("%s %s: terminated %s", event, compress(names), ids or "nothing")
         self.audit(event, nodes=compress(names), instances=sorted(ids))
+        self.release(names)
+        if event == "resume-fail":
+            self.return_to_pool(names)
         return ids
+
+    def return_to_pool(self, names: list[str]) -> None:
+        """After ResumeTimeout slurmctld leaves the node DOWN and powered down (``down~``,
+        "ResumeTimeout reached"), and nothing would bring it back: ``state=resume`` makes it
+        ``idle~`` (ready for the next job). The reason is kept in the node's Comment and
+        the audit log; protected mode (the reconciler) still counts the failure."""
+        hl = compress(names)
+        when = f"{self.now():%Y-%m-%d %H:%M:%SZ}"
+        try:
+            self.slurm.scontrol(
+                "update",
+                f"nodename={hl}",
+                f"comment=coreburst: resume failed {when} (ResumeTimeout reached); "
+                "instance terminated, node returned to the pool",
+            )
+            self.slurm.scontrol("update", f"nodename={hl}", "state=resume")
+        except RuntimeError as exc:  # the reconciler repairs down~ cloud nodes
+            log.error("cannot return %s to the pool: %s", hl, exc)
+            return
+        self.audit("resume-fail.returned", nodes=hl)
 
 
 def resume_file_from_env() -> str | None:

@@ -35,6 +35,8 @@ CREATE TABLE IF NOT EXISTS spend (
 CREATE TABLE IF NOT EXISTS egress (
   ts TEXT PRIMARY KEY, projected_day_usd REAL NOT NULL, projected_day_gb REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cas (
+  key TEXT PRIMARY KEY, value TEXT NOT NULL, version INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS lease (
   name TEXT PRIMARY KEY, owner TEXT NOT NULL, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS core_usage (
@@ -329,6 +331,26 @@ class State:
         self.db.execute(
             "INSERT OR REPLACE INTO kv VALUES (?,?)", (key, json.dumps(value, default=str))
         )
+
+    # -- versioned documents (compare-and-swap) ---------------------------------------------
+    def get_versioned(self, key: str) -> tuple[Any, int]:
+        row = self.db.execute("SELECT value, version FROM cas WHERE key=?", (key,)).fetchone()
+        return (json.loads(row[0]), int(row[1])) if row else (None, 0)
+
+    def put_if_version(self, key: str, value: Any, version: int) -> bool:
+        """One statement: the row is written only while its version is still ``version``
+        (0: while there is none), so of two writers that read the same version one wins."""
+        doc = json.dumps(value, default=str, sort_keys=True)
+        if version == 0:
+            cur = self.db.execute(
+                "INSERT INTO cas VALUES (?,?,1) ON CONFLICT(key) DO NOTHING", (key, doc)
+            )
+        else:
+            cur = self.db.execute(
+                "UPDATE cas SET value=?, version=version+1 WHERE key=? AND version=?",
+                (doc, key, version),
+            )
+        return cur.rowcount == 1
 
     # -- leader lease ----------------------------------------------------------------------
     def acquire_lease(

@@ -535,6 +535,32 @@ class DynamoState:
     def put(self, key: str, value: Any) -> None:
         self.table.put_item(Item={"pk": "kv", "sk": key, "value": json.dumps(value, default=str)})
 
+    # -- versioned documents (compare-and-swap) ---------------------------------------------
+    def get_versioned(self, key: str) -> tuple[Any, int]:
+        item = self.table.get_item(Key={"pk": "cas", "sk": key}, ConsistentRead=True).get("Item")
+        return (json.loads(item["value"]), int(item["version"])) if item else (None, 0)
+
+    def put_if_version(self, key: str, value: Any, version: int) -> bool:
+        """A conditional PutItem (DynamoDB developer guide, "Condition expressions":
+        the write happens only while the condition holds, atomically), so of two writers that
+        read the same version one wins."""
+        cond = Attr("pk").not_exists() if version == 0 else Attr("version").eq(version)
+        try:
+            self.table.put_item(
+                Item={
+                    "pk": "cas",
+                    "sk": key,
+                    "value": json.dumps(value, default=str, sort_keys=True),
+                    "version": version + 1,
+                },
+                ConditionExpression=cond,
+            )
+        except ClientError as exc:
+            if _conditional_failed(exc):
+                return False
+            raise
+        return True
+
     # -- leader lease ----------------------------------------------------------------------
     def acquire_lease(
         self, name: str, owner: str, now: datetime, ttl_s: float, *, replace: str | None = None

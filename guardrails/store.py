@@ -147,6 +147,16 @@ class StateStore(Protocol):
 
     def put(self, key: str, value: Any) -> None: ...
 
+    # -- versioned documents (compare-and-swap: the burst spend ledger) -------------------------
+    def get_versioned(self, key: str) -> tuple[Any, int]:
+        """The document under ``key`` and its version (``(None, 0)`` when there is none)."""
+        ...
+
+    def put_if_version(self, key: str, value: Any, version: int) -> bool:
+        """Write ``value`` only while the stored version is still ``version`` (0: absent);
+        False when another writer got there first (read again and retry)."""
+        ...
+
     # -- leader lease ----------------------------------------------------------------------------
     def acquire_lease(
         self, name: str, owner: str, now: datetime, ttl_s: float, *, replace: str | None = None

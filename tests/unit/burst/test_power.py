@@ -440,7 +440,11 @@ def test_gate_over_the_daily_limit_launches_nothing_and_holds(ec2: Any, tmp_path
     result = power.resume("od-[1-2]", _resume_file(tmp_path, [{"job_id": 7, "nodes": "od-[1-2]"}]))
     assert result.held == ["od-1", "od-2"] and not result.launched and not result.failed
     assert _live(ec2) == []
-    create, down, off = slurm.calls[1:]
+    create, down, off, note = slurm.calls[1:]
+    # The job says why it waits, with its projected cost, in one line (scontrol show job).
+    assert note[:2] == ("update", "jobid=7")
+    assert note[2].startswith(f"AdminComment=coreburst: held by the burst spend gate, projected ${4 * rate:,.2f}")
+    assert "left today" in note[2] and "\n" not in note[2]
     assert create[:5] == (
         "create",
         "reservation",
