@@ -423,16 +423,41 @@ _ICE_RESPONSE = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+# EC2 API reference, "Ensuring idempotency in Amazon EC2 API requests": a repeated request
+# with the same client token and the same parameters gets the first request's response and
+# launches nothing; the same token with other parameters is refused with
+# IdempotentParameterMismatch (HTTP 400). moto ignores ClientToken, so the proxy answers so.
+_MISMATCH_RESPONSE = """<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>IdempotentParameterMismatch</Code><Message>The client token
+ was used with different parameters.</Message></Error></Errors><RequestID>{request_id}</RequestID>
+</Response>
+"""
+
+
 class CapacityProxy:
-    """An HTTP proxy in front of moto server that plays EC2 out of capacity: a CreateFleet
-    on a launch template in ``out_of_capacity`` (ids) gets no instance and an
-    InsufficientInstanceCapacity error, as EC2 answers an ``instant`` fleet it cannot fill
-    (HTTP 200, the error in ``errorSet``); every other request goes to moto unchanged."""
+    """An HTTP proxy in front of moto server that answers as EC2's documentation says where
+    moto does not:
+
+    * out of capacity: a CreateFleet on a launch template in ``out_of_capacity`` (ids) gets
+      no instance and an InsufficientInstanceCapacity error, as EC2 answers an ``instant``
+      fleet it cannot fill (HTTP 200, the error in ``errorSet``);
+    * idempotency: a CreateFleet whose ``ClientToken`` was seen before gets the first answer
+      again (same parameters) or IdempotentParameterMismatch (others), launching nothing;
+    * ``hold_fleets`` (tests): while set to an Event that is not set, a CreateFleet that
+      reached moto waits for it before answering, so a test can kill the caller between
+      the launch and its answer.
+
+    Every other request goes to moto unchanged."""
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.out_of_capacity: set[str] = set()
         self.refused = 0
+        self.fleets_launched = 0  # CreateFleet calls that reached moto
+        self.replayed = 0  # answered from a ClientToken seen before
+        self.hold_fleets: threading.Event | None = None
+        self._tokens: dict[str, tuple[list[tuple[str, list[str]]], bytes]] = {}
+        self._lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -453,6 +478,37 @@ class CapacityProxy:
                     ).encode()
                     self._reply(200, {"Content-Type": "text/xml"}, doc)
                     return
+                token = (form.get("ClientToken") or [""])[0]
+                if form.get("Action") == ["CreateFleet"] and token and body:
+                    with proxy._lock:  # one request per token at a time, as EC2 serialises
+                        self._idempotent(token, form, body)
+                    return
+                self._upstream(body)
+
+            def _idempotent(self, token: str, form: dict[str, list[str]], body: bytes) -> None:
+                params = sorted((k, v) for k, v in form.items() if k != "ClientToken")
+                seen = proxy._tokens.get(token)
+                if seen is not None:
+                    if seen[0] != params:
+                        doc = _MISMATCH_RESPONSE.format(request_id=uuid.uuid4()).encode()
+                        self._reply(400, {"Content-Type": "text/xml"}, doc)
+                        return
+                    proxy.replayed += 1
+                    self._reply(200, {"Content-Type": "text/xml"}, seen[1])
+                    return
+                status, headers, answer = self._fetch(body)
+                if status == 200:
+                    proxy._tokens[token] = (params, answer)
+                    proxy.fleets_launched += 1
+                hold = proxy.hold_fleets
+                if hold is not None:
+                    hold.wait(60)
+                self._reply(status, headers, answer)
+
+            def _upstream(self, body: bytes | None) -> None:
+                self._reply(*self._fetch(body))
+
+            def _fetch(self, body: bytes | None) -> tuple[int, dict[str, str], bytes]:
                 req = urllib.request.Request(
                     proxy.upstream + self.path, data=body, method=self.command
                 )
@@ -461,9 +517,9 @@ class CapacityProxy:
                         req.add_header(k, v)
                 try:
                     with urllib.request.urlopen(req, timeout=60) as resp:
-                        self._reply(resp.status, dict(resp.headers), resp.read())
+                        return resp.status, dict(resp.headers), resp.read()
                 except urllib.error.HTTPError as err:
-                    self._reply(err.code, dict(err.headers), err.read())
+                    return err.code, dict(err.headers), err.read()
 
             def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
                 self.send_response(status)
@@ -510,6 +566,8 @@ class BootWatcher:
     ) -> None:
         self.lab, self.ec2, self.node_tag = lab, ec2, node_tag
         self.boot_delay, self.every = boot_delay, every
+        # Nodes whose instances never register (a broken image): their slurmd is not started.
+        self.never_boot: set[str] = set()
         self.seen: dict[str, tuple[str, float]] = {}  # node -> (instance, first seen)
         self.booted: dict[str, str] = {}  # node -> instance whose slurmd runs
         self.boots: list[tuple[str, str]] = []
@@ -549,6 +607,8 @@ class BootWatcher:
                 for node, iid in live.items():
                     if self.seen.get(node, ("", 0.0))[0] != iid:
                         self.seen[node] = (iid, now)
+                    if node in self.never_boot:
+                        continue
                     if self.booted.get(node) != iid and now - self.seen[node][1] >= self.boot_delay:
                         self.lab.stop_slurmd(node)
                         self.lab.start_slurmd(node, booted=True)
@@ -609,7 +669,7 @@ class BurstLab:
 
 
 def start_burst_lab(
-    lab_dir: Path, *, boot_delay: float = 2.5, capacity_proxy: bool = False, **timers: int
+    lab_dir: Path, *, boot_delay: float = 2.5, capacity_proxy: bool = True, **timers: int
 ) -> BurstLab:
     """Start moto, munged, slurmctld, the core slurmds and the boot watcher. On any failure
     whatever was started is stopped again before the error propagates. ``timers``:
