@@ -98,9 +98,7 @@ def _power_down(lab: BurstLab, hostlist: str) -> None:
     """Back to the start: powered down through Slurm (its SuspendProgram terminates), every
     instance gone and every node idle~ (bounded)."""
     nodes = expand(hostlist)
-    lab.wait(
-        "resume programs finished", lambda: not _programs("resume"), 60
-    )
+    lab.wait("resume programs finished", lambda: not _programs("resume"), 60)
     lab.slurm.run("scontrol", "update", f"nodename={hostlist}", "state=power_down_force")
     lab.wait("instances terminated", lambda: not set(nodes) & set(_all_live(lab)), 60)
 
@@ -189,8 +187,9 @@ def test_run_killed_mid_launch_is_taken_over_with_the_same_token(lab: BurstLab) 
 
 
 def test_resume_racing_a_suspend_keeps_nothing(lab: BurstLab) -> None:
-    """od-2's SuspendProgram runs while its resume is still waiting for CreateFleet: when the answer comes the resume finds its claim gone and terminates what
-    it launched instead of tagging it for a node that is down."""
+    """od-2's SuspendProgram runs while its resume is still waiting for CreateFleet: when the
+    answer comes the resume finds its claim gone and terminates what it launched instead of
+    tagging it for a node that is down."""
     slurm, proxy = lab.slurm, lab.proxy
     assert proxy is not None
     hold = threading.Event()
@@ -249,10 +248,10 @@ def test_node_that_never_registers_returns_to_the_pool_and_runs_the_next_job(
         slurm.run("scontrol", "update", f"jobid={job}", "starttime=now", check=False)
         lab.wait(
             "job done on od-1",
-            lambda: slurm.run(
-                "scontrol", "-o", "show", "job", job
-            ).stdout.count("JobState=COMPLETED")
-            == 1,
+            lambda: (
+                slurm.run("scontrol", "-o", "show", "job", job).stdout.count("JobState=COMPLETED")
+                == 1
+            ),
             120,
         )
     finally:
