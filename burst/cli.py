@@ -3,10 +3,12 @@
 $ coreburst burst slurm-conf --stack prod --out /etc/slurm/coreburst
 $ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
 $ coreburst burst suspend 'p5-[1-4]' --stack prod
+$ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 from datetime import UTC, datetime
@@ -43,6 +45,16 @@ StackDirOpt = Annotated[
     Path, typer.Option("--stack-dir", help="Directory holding Pulumi.<stack>.yaml.")
 ]
 HostlistArg = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. p5-[1-4].")]
+
+
+def _escaped(text: str) -> str:
+    """``text`` with what is not UTF-8 written as ``\\xNN``: Python decodes such argv bytes
+    to lone surrogates (PEP 383), which neither a UTF-8 log file nor a terminal can take."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte (e.g. from JSON)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -116,7 +128,10 @@ def _setup_logs(s: BurstStack) -> Audit:
     try:
         for p in (s.settings.log_file, s.settings.audit_log):
             p.parent.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(s.settings.log_file, encoding="utf-8")
+        # backslashreplace: a record is never lost to "--- Logging error ---" on stderr.
+        handler = logging.FileHandler(
+            s.settings.log_file, encoding="utf-8", errors="backslashreplace"
+        )
         with s.settings.audit_log.open("a", encoding="utf-8"):
             pass
     except OSError as exc:
@@ -139,7 +154,13 @@ def _power(stack: str, stack_dir: Path) -> Power:
 
 def _run(program: str, power: Power, action: str, hostlist: str) -> None:
     log = logging.getLogger("burst.power")
+    shown = _escaped(hostlist)
     try:
+        if shown != hostlist:
+            raise PowerInputError(
+                f"hostlist '{shown}' is not UTF-8: Slurm node names are letters, digits and "
+                ". _ - (e.g. p5-[1-4]); check the NodeName lines slurmctld reads"
+            )
         if action == "resume":
             result = power.resume(hostlist, resume_file_from_env())
             if result.failed:
@@ -147,15 +168,17 @@ def _run(program: str, power: Power, action: str, hostlist: str) -> None:
         else:
             power.terminate(hostlist, action)
     except PowerInputError as exc:
-        log.error("%s %s: %s", program, hostlist, exc)
-        power.audit(f"{action}.rejected", hostlist=hostlist[:200], error=str(exc))
-        raise _fail(str(exc)) from None
+        # Slurm discards stderr: the log file is where an operator finds the rejection.
+        msg = _escaped(str(exc))
+        log.error("%s %s: %s", program, shown, msg)
+        power.audit(f"{action}.rejected", hostlist=shown[:200], error=msg)
+        raise _fail(msg) from None
     except typer.Exit:
         raise
     except Exception as exc:  # Slurm discards stderr: the log must say what went wrong.
-        log.exception("%s %s failed", program, hostlist)
-        power.audit(f"{action}.error", hostlist=hostlist[:200], error=type(exc).__name__)
-        typer.echo(f"error: {program}: {type(exc).__name__}: {exc}", err=True)
+        log.exception("%s %s failed", program, shown)
+        power.audit(f"{action}.error", hostlist=shown[:200], error=type(exc).__name__)
+        typer.echo(_escaped(f"error: {program}: {type(exc).__name__}: {exc}"), err=True)
         raise typer.Exit(1) from None
 
 
@@ -175,6 +198,26 @@ def suspend(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = REP
 def resume_fail(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = REPO_ROOT) -> None:
     """ResumeFailProgram: a node did not register in ResumeTimeout; terminate its instance."""
     _run("resume-fail", _power(stack, stack_dir), "resume-fail", hostlist)
+
+
+@app.command("iam-policy")
+def iam_policy(
+    stack: StackOpt,
+    stack_dir: StackDirOpt = REPO_ROOT,
+    account: Annotated[
+        str, typer.Option(help="The stack's 12-digit AWS account id; * when not given.")
+    ] = "*",
+) -> None:
+    """Print the least-privilege IAM policy (JSON) for the controller host's AWS credentials:
+    what resume, suspend and resume-fail call, on this stack's resources only."""
+    from burst.iam import controller_policy
+
+    s = _stack(stack, stack_dir)
+    try:
+        doc = controller_policy(s, account=account)
+    except ValueError as exc:
+        raise _fail(f"--account: {exc}") from None
+    typer.echo(json.dumps(doc, indent=2))
 
 
 def main() -> None:

@@ -46,10 +46,10 @@ from burst.claims import Batch, Claims, new_token
 from burst.config import BurstStack, GateLimits, gate_limits
 from burst.cost import slurm_hours
 from burst.hostlist import HostlistError, compress, expand
-from burst.ledger import SpendLedger
 from burst.slurmconf import NodeSet, node_set_of
 from common.catalog import CatalogError, load_catalog
 from common.pricing import instance_rate
+from guardrails.ledger import SpendLedger
 from guardrails.slurm import SPEND_HOLD_PREFIX, run_tool, spend_left
 from infra.config import StackConfigError
 
@@ -645,7 +645,7 @@ class Power:
     ) -> tuple[float, str | None]:
         """(projected USD, why it may not launch or None). Each node costs its instance's
         $/h (common.pricing) times the longest time limit of the jobs it is resumed for. An
-        approval commits that cost in the scope's ledger (burst/ledger.py) atomically with
+        approval commits that cost in the scope's ledger (guardrails/ledger.py) atomically with
         the check: limit - accrued - committed must hold it."""
         gate = self.stack.settings.spend_gate
         assert gate is not None

@@ -456,6 +456,9 @@ class CapacityProxy:
         self.fleets_launched = 0  # CreateFleet calls that reached moto
         self.replayed = 0  # answered from a ClientToken seen before
         self.hold_fleets: threading.Event | None = None
+        # Seconds each CreateFleet answer takes (EC2 may take seconds for an instant fleet):
+        # the window in which a second resume run for the same nodes starts.
+        self.fleet_delay_s = 0.0
         self._tokens: dict[str, tuple[list[tuple[str, list[str]]], bytes]] = {}
         self._lock = threading.Lock()
         proxy = self
@@ -503,6 +506,7 @@ class CapacityProxy:
                 hold = proxy.hold_fleets
                 if hold is not None:
                     hold.wait(60)
+                time.sleep(proxy.fleet_delay_s)
                 self._reply(status, headers, answer)
 
             def _upstream(self, body: bytes | None) -> None:

@@ -112,7 +112,9 @@ def _power_down(lab: BurstLab, hostlist: str) -> None:
 def test_two_resumes_at_once_launch_one_instance_per_node(lab: BurstLab) -> None:
     """Slurm resumes od-[1-2] while a second run for the same nodes starts at the same time:
     one instance per node (today's code launched four)."""
-    slurm = lab.slurm
+    slurm, proxy = lab.slurm, lab.proxy
+    assert proxy is not None
+    proxy.fleet_delay_s = 3.0  # EC2 answers an instant fleet in seconds, not at once
     slurm.run("scontrol", "update", "nodename=od-[1-2]", "state=power_up")
     procs = [_start(lab, "resume", "od-[1-2]") for _ in range(2)]
     try:
@@ -132,11 +134,14 @@ def test_two_resumes_at_once_launch_one_instance_per_node(lab: BurstLab) -> None
         )
         assert all("IDLE" in slurm.node_state(n) for n in ("od-1", "od-2"))
     finally:
+        proxy.fleet_delay_s = 0.0
         _power_down(lab, "od-[1-2]")
 
 
 def test_eight_overlapping_resumes_launch_one_instance_per_node(lab: BurstLab) -> None:
-    slurm = lab.slurm
+    slurm, proxy = lab.slurm, lab.proxy
+    assert proxy is not None
+    proxy.fleet_delay_s = 3.0
     slurm.run("scontrol", "update", "nodename=od-[1-2],sp-1", "state=power_up")
     lists = ["od-[1-2]", "od-1", "od-2,sp-1", "od-[1-2],sp-1", "sp-1", "od-1,sp-1", "od-2", "sp-1"]
     procs = [_start(lab, "resume", hl) for hl in lists]
@@ -148,6 +153,7 @@ def test_eight_overlapping_resumes_launch_one_instance_per_node(lab: BurstLab) -
         assert {n: len(v) for n, v in live.items()} == {"od-1": 1, "od-2": 1, "sp-1": 1}
         assert _untagged_live(lab) == []
     finally:
+        proxy.fleet_delay_s = 0.0
         _power_down(lab, "od-[1-2],sp-1")
 
 

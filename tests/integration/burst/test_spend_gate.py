@@ -179,3 +179,72 @@ def test_gate_holds_then_releases_when_the_limit_rises(
         stack_file.write_text(original)
         if job:
             slurm.run("scancel", job, check=False)
+
+
+def test_two_jobs_that_fit_only_together_over_the_limit_one_runs_one_waits_with_its_reason(
+    burst_lab: BurstLab,
+) -> None:
+    """Two 1-hour p5 jobs 3 s apart against a daily limit that fits one hour of one node (and
+    a half): the first launches and commits its hour; the second is held, because what the
+    first may still cost counts (today's code approved both: $110.08 against $82.56). The
+    held job says why in ``scontrol show job`` (AdminComment), with its projected cost."""
+    lab, slurm = burst_lab, burst_lab.slurm
+    rate, _ = instance_rate(load_catalog(), "p5.48xlarge", "us-east-1", "on-demand")
+    state_path = slurm.lab / "guardrails-state-2.sqlite"
+    store = State(state_path)
+    store.add_spend(datetime.now(UTC), "account", burn=0.0, today=0.0, mtd=0.0, proj=0.0)
+    store.db.close()
+    # Both burst nodes powered down first: a job that lands on a node still up from an
+    # earlier test needs no resume (and no gate).
+    slurm.run("scontrol", "update", "nodename=od-[1-2]", "state=power_down_force", check=False)
+    lab.wait("od instances gone", lambda: not lab.instances("od-1") + lab.instances("od-2"), 60)
+    lab.wait(
+        "od nodes idle~",
+        lambda: all(
+            "POWERED_DOWN" in (st := slurm.node_state(n)) and "POWERING" not in st
+            for n in ("od-1", "od-2")
+        ),
+        60,
+    )
+    stack_file = slurm.lab / "Pulumi.lab.yaml"
+    original = stack_file.read_text()
+    _set_gate(lab, original, state_path, rate * 1.5)
+    before = len(_audit(lab))
+    jobs: list[str] = []
+    try:
+        argv = ["sbatch", "--parsable", "-o", "/dev/null", "-p", "burst", "--exclusive", "-N1"]
+        for _ in range(2):
+            out = slurm.run(*argv, "-t", "60", "--wrap", "sleep 300").stdout
+            jobs.append(out.strip().split(";")[0])
+            time.sleep(3)
+        lab.wait(
+            "one launched, one held",
+            lambda: (
+                {e["event"] for e in _audit(lab)[before:]} >= {"resume.launched", "resume.held"}
+            ),
+            30,
+        )
+        new = _audit(lab)[before:]
+        assert len([e for e in new if e["event"] == "resume.launched"]) == 1
+        (held,) = [e for e in new if e["event"] == "resume.held"]
+        assert "committed >" in str(held["reason"])
+        (waiting,) = [str(j) for j in held["jobs"]]  # type: ignore[union-attr]
+        note = _job(lab, waiting)
+        full = slurm.run("scontrol", "show", "job", waiting).stdout
+        assert "AdminComment=coreburst: held by the burst spend gate" in full
+        assert f"projected ${rate:,.2f}" in full and "left today (account)" in full
+        assert note["JobState"] == "PENDING"
+        (running,) = set(jobs) - {waiting}
+        lab.wait("the first job runs", lambda: _job(lab, running)["JobState"] == "RUNNING", 90)
+        live = lab.instances("od-1") + lab.instances("od-2")
+        assert len(live) == 1
+    finally:
+        stack_file.write_text(original)
+        for j in jobs:
+            slurm.run("scancel", j, check=False)
+        for line in slurm.run("scontrol", "-o", "show", "reservation").stdout.splitlines():
+            name = line.split()[0].partition("=")[2]
+            if name.startswith(SPEND_HOLD_RESERVATION):
+                slurm.run("scontrol", "delete", f"ReservationName={name}", check=False)
+        slurm.run("scontrol", "update", "nodename=od-[1-2]", "state=power_down_force")
+        lab.wait("od instances gone", lambda: not lab.instances("od-1") + lab.instances("od-2"), 60)
