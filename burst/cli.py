@@ -4,6 +4,7 @@ $ coreburst burst slurm-conf --stack prod --out /etc/slurm/coreburst
 $ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
 $ coreburst burst suspend 'p5-[1-4]' --stack prod
 $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
+$ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
 """
 
 from __future__ import annotations
@@ -218,6 +219,56 @@ def iam_policy(
     except ValueError as exc:
         raise _fail(f"--account: {exc}") from None
     typer.echo(json.dumps(doc, indent=2))
+
+
+@app.command("release-hold")
+def release_hold(
+    pool: Annotated[str, typer.Argument(help="The pool (cluster) name, e.g. od.")],
+    stack: StackOpt,
+    stack_dir: StackDirOpt = REPO_ROOT,
+    reason: Annotated[str, typer.Option(help="Why, for the audit log.")] = "",
+) -> None:
+    """Lift the guardrails' capacity backoff and protected mode on a burst pool now. It stays
+    lifted until the pool fails again: the burst-reconcile rule counts only failures after
+    this release (audited as operator.released in the burst audit log)."""
+    import getpass
+    import os
+
+    from guardrails.rules.burst_reconcile import (
+        BACKOFF_PREFIX,
+        OPERATOR_RELEASED,
+        PROTECT_PREFIX,
+    )
+
+    s = _stack(stack, stack_dir)
+    pools = sorted({c.name for c in s.config.clusters})
+    if pool not in pools:
+        raise _fail(f"no pool {pool!r} in stack {stack} (its pools: {', '.join(pools)})")
+    audit = _setup_logs(s)
+    log = logging.getLogger("burst.power")
+    slurm = Scontrol()
+    try:
+        names = [
+            line.split()[0].partition("=")[2]
+            for line in slurm.scontrol("-o", "show", "reservation").splitlines()
+            if line.startswith("ReservationName=")
+        ]
+        mine = [
+            n
+            for n in names
+            if n.startswith(f"{BACKOFF_PREFIX}{pool}-") or n == PROTECT_PREFIX + pool
+        ]
+        for name in mine:
+            slurm.scontrol("delete", f"ReservationName={name}")
+    except RuntimeError as exc:  # guardrails.slurm.SlurmError: one line
+        raise _fail(f"scontrol: {exc}") from None
+    who = os.environ.get("SUDO_USER") or getpass.getuser()
+    audit(OPERATOR_RELEASED, pool=pool, reservations=mine, by=who, reason=_escaped(reason))
+    log.warning("pool %s released by %s (%s): %s", pool, who, reason or "-", mine or "no hold")
+    if mine:
+        typer.echo(f"released pool {pool}: deleted {', '.join(mine)}")
+    else:
+        typer.echo(f"pool {pool} had no backoff or protected-mode hold; earlier failures forgiven")
 
 
 def main() -> None:

@@ -3,7 +3,8 @@
 It reads ``scontrol -o show nodes`` (one line per node, ``Key=Value`` fields; scontrol(1),
 "-o, --oneliner") and sets nodes' states with ``scontrol update nodename=... state=...``
 (scontrol(1), "NODES - SPECIFICATIONS FOR UPDATE COMMAND": ``State=POWER_DOWN_FORCE``,
-``State=DOWN Reason=...``). Every call has a timeout; any failure is one ``SlurmError`` line.
+``State=POWER_DOWN_ASAP``, ``State=DOWN Reason=...``). Every call has a timeout; any failure
+is one ``SlurmError`` line.
 
 Node states as scontrol prints them: a base state (IDLE, ALLOCATED, MIXED, DOWN, ...) joined
 with ``+`` to flags (CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, POWER_DOWN, DRAIN,
@@ -204,11 +205,18 @@ def releasable(
 
 
 def power_down_when_idle(sc: Scontrol, nodes: list[str]) -> str:
-    """``State=POWER_DOWN``: Slurm powers the nodes down once no job holds them (its
-    SuspendProgram then ends the instance); a running job is never killed (scontrol(1),
-    "NODES - SPECIFICATIONS FOR UPDATE COMMAND")."""
-    sc.run("update", "nodename=" + ",".join(nodes), "state=power_down")
-    return "scontrol update state=power_down"
+    """``State=POWER_DOWN_ASAP`` (Slurm 21.08+): Slurm drains the nodes, so no new job lands
+    on them, lets running jobs finish (none is killed), then powers them down and its
+    SuspendProgram ends the instances (scontrol(1), "NODES - SPECIFICATIONS FOR UPDATE
+    COMMAND"). Plain ``POWER_DOWN`` would leave a busy node schedulable until it is idle. Slurm
+    clears the drain (reason ``POWER_DOWN_ASAP``) when it powers the node down
+    (src/slurmctld/power_save.c), so the node can be resumed for later jobs.
+
+        >>> power_down_when_idle(Scontrol(), ["od-1"])  # doctest: +SKIP
+        'scontrol update state=power_down_asap'
+    """
+    sc.run("update", "nodename=" + ",".join(nodes), "state=power_down_asap")
+    return "scontrol update state=power_down_asap"
 
 
 def delete_reservation(sc: Scontrol, name: str) -> str:
@@ -220,10 +228,13 @@ def delete_reservation(sc: Scontrol, name: str) -> str:
 # Read from ``squeue --json`` (Slurm's OpenAPI data parser; 22.05 prints plugin openapi/v0.0.38):
 # per job ``job_id``, ``user_name``, ``account``, ``partition``, ``start_time`` (Unix seconds),
 # ``time_limit`` (minutes), ``batch_flag`` (false for salloc/srun: interactive), ``comment``,
-# ``restart_cnt``, ``job_resources.allocated_nodes[].nodename`` and ``gres_detail``, one entry per
-# allocated node in that order, e.g. ``gpu:h100:2(IDX:0-1)`` (the same text as ``scontrol -d show
-# job``'s ``GRES=``). Later Slurm releases wrap numbers as ``{"set": true, "number": N}`` and make
-# ``job_state`` a list; both forms are read.
+# ``restart_cnt``, the job's nodes and ``gres_detail``, one entry per allocated node in the
+# nodes' order, e.g. ``gpu:h100:2(IDX:0-1)`` (the same text as ``scontrol -d show job``'s
+# ``GRES=``). The nodes are ``job_resources.allocated_nodes[].nodename`` up to Slurm 23.11
+# (data_parser v0.0.38-v0.0.40) and ``job_resources.nodes.allocation[]`` (``index``, ``name``)
+# from 24.05 (v0.0.41+; src/plugins/data_parser/v0.0.41/parsers.c, ``JOB_RES_NODE``). Slurm
+# 23.02+ wraps numbers as ``{"set": true, "number": N}`` and makes ``job_state`` a list. Every
+# form is read; tests/fixtures/slurm/ has one output per layout.
 _GPU_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
 # Slurm's NO_VAL / INFINITE sentinels for a 32-bit time limit.
 _NO_TIME = 0xFFFFFFFE
@@ -286,6 +297,20 @@ def _running(job: dict[str, Any]) -> bool:
     return "RUNNING" in states
 
 
+def _job_nodes(res: Any) -> list[object] | None:
+    """A job's node names in allocation order, from either ``job_resources`` layout; None when
+    it has neither (a pending job, or a layout this code does not know)."""
+    if not isinstance(res, dict):
+        return None
+    nodes = res.get("nodes")
+    if isinstance(nodes, dict) and isinstance(nodes.get("allocation"), list):
+        # 24.05+: listed by node ``index``, the order gres_detail follows (_dump_node_res).
+        return [n.get("name") for n in nodes["allocation"] if isinstance(n, dict)]
+    if isinstance(res.get("allocated_nodes"), list):
+        return [n.get("nodename") for n in res["allocated_nodes"] if isinstance(n, dict)]
+    return None
+
+
 def parse_jobs(text: str) -> list[SlurmJob]:
     """The running jobs in ``squeue --json`` output. Malformed output raises ``SlurmError``
     (one line): a partly read job list is never acted on."""
@@ -304,12 +329,19 @@ def parse_jobs(text: str) -> list[SlurmJob]:
         start = _num(j.get("start_time"))
         if jid is None or start is None:
             raise SlurmError(f"squeue --json: a running job lacks job_id or start_time: {j!r:.80}")
-        res = j.get("job_resources") or {}
-        alloc = res.get("allocated_nodes") if isinstance(res, dict) else None
-        names = [n.get("nodename") for n in alloc or [] if isinstance(n, dict)]
+        names = _job_nodes(j.get("job_resources"))
         detail = j.get("gres_detail") or []
         if not isinstance(detail, list) or not all(isinstance(d, str) for d in detail):
             raise SlurmError(f"squeue --json: job {jid}: gres_detail is not a list of strings")
+        if detail and names is None:
+            raise SlurmError(
+                f"squeue --json: job {jid}: holds GRES but lists no nodes (neither "
+                "job_resources.allocated_nodes, Slurm <= 23.11, nor "
+                "job_resources.nodes.allocation, 24.05+)"
+            )
+        names = names or []
+        if not all(isinstance(n, str) and n for n in names):
+            raise SlurmError(f"squeue --json: job {jid}: an allocated node has no name")
         if detail and len(detail) != len(names):
             raise SlurmError(
                 f"squeue --json: job {jid}: {len(detail)} gres_detail entries for "

@@ -20,9 +20,9 @@ burst resume/suspend programs (burst/power.py), every cycle, through the actuato
   (cheapest first), so Slurm resumes the nodes and the gate checks again. With
   ``burst_audit_log``, Slack says which jobs each hold keeps waiting and why.
 * **Idle reclaim** of an instance tagged with a Slurm node (:func:`reclaim_slurm_node`, called
-  by the idle-reclaim rule): never stopped or terminated through EC2; Slurm is asked to power
-  the node down once no job holds it (``State=POWER_DOWN``), and its SuspendProgram ends the
-  instance.
+  by the idle-reclaim rule): never stopped or terminated through EC2; Slurm is asked to drain
+  the node and power it down once its jobs end (``State=POWER_DOWN_ASAP``: no new job lands
+  on it), and its SuspendProgram ends the instance.
 * **Guard**: an instance under a node Slurm reports busy (ALLOCATED, MIXED, COMPLETING) is
   never terminated; Slurm is read again right before terminating.
 * **Pool holds** (with ``burst_audit_log``, the resume program's audit log): a pool (cluster)
@@ -55,6 +55,7 @@ from common.textio import TextFileError, read_text
 from guardrails import messages
 from guardrails.config import BurstReconcileConfig
 from guardrails.idle import Decision
+from guardrails.ledger import SpendLedger
 from guardrails.model import Node
 from guardrails.rules import Rule, RuleContext
 from guardrails.slurm import (
@@ -76,6 +77,17 @@ ASG_TAG = "aws:autoscaling:groupName"  # added by Auto Scaling to every member i
 ICE = "InsufficientInstanceCapacity"
 BACKOFF_PREFIX = "coreburst-backoff-"
 PROTECT_PREFIX = "coreburst-protect-"
+# The burst audit log's event for ``coreburst burst release-hold POOL``: failures of the pool
+# before it no longer count (the backoff and protected mode stay lifted until a new failure).
+OPERATOR_RELEASED = "operator.released"
+# Reasons Slurm or the resume program leave on a CLOUD node whose resume failed (slurmctld
+# "ResumeTimeout reached"; burst/power.py FAIL_REASON "(Code:...)Failure when resuming nodes"
+# and the stale-heartbeat refusal): such a node, left down~, is returned to the pool. Any
+# other reason (an operator's drain or down) is left alone.
+FAILED_RESUME_REASONS = re.compile(
+    r"^(ResumeTimeout reached|\(Code:[^)]*\)Failure when resuming nodes"
+    r"|Failure when resuming nodes|coreburst: reconciler heartbeat stale)"
+)
 # Burst node names are <cluster>-<n> (burst/slurmconf.py node_names); in a hostlist <cluster>-[..].
 _POOL = re.compile(r"^(.+?)-(?:\d+$|\[)")
 
@@ -133,11 +145,18 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
     backoff = p.capacity_backoff.total_seconds()
     last_ice: dict[str, float] = {}
     fails: dict[str, list[float]] = {}
+    released: dict[str, float] = {}
+    for e in events:
+        if e.get("event") == OPERATOR_RELEASED:
+            pool = str(e.get("pool", ""))
+            released[pool] = max(released.get(pool, 0.0), float(e["ts"]))
     for e in events:
         age = t - float(e["ts"])
         if age < 0:
             continue
-        pools = pools_of(str(e.get("nodes", "")))
+        pools = {
+            p for p in pools_of(str(e.get("nodes", ""))) if float(e["ts"]) > released.get(p, -1)
+        }
         if e.get("event") == "resume.failed" and e.get("code") == ICE and age < backoff:
             for pool in pools:
                 last_ice[pool] = max(last_ice.get(pool, 0.0), float(e["ts"]))
@@ -187,6 +206,8 @@ class Instance:
 class Plan:
     terminate: list[tuple[Instance, str]] = field(default_factory=list)
     power_down: list[tuple[SlurmNode, str]] = field(default_factory=list)
+    # CLOUD nodes left down~ by a failed resume: back to idle~ (``state=resume``).
+    repair: list[tuple[SlurmNode, str]] = field(default_factory=list)
     guarded: list[tuple[Instance, str]] = field(default_factory=list)
     # Of ``terminate``: duplicates of the instance at the node's NodeAddr (by instance id).
     duplicates: dict[str, str] = field(default_factory=dict)
@@ -258,6 +279,16 @@ def plan(
             continue
         out.terminate.append((i, why))
     for sn in nodes.values():
+        if (
+            sn.cloud
+            and "DOWN" in sn.states
+            and "POWERED_DOWN" in sn.states
+            and not sn.busy
+            and not sn.states & {"POWERING_DOWN", "POWERING_UP", "DRAIN", "MAINT", "RESERVED"}
+            and sn.name not in live_nodes
+            and FAILED_RESUME_REASONS.match(sn.reason)
+        ):
+            out.repair.append((sn, f"left down~ by a failed resume ({sn.reason})"))
         if not sn.cloud or sn.powered_down or sn.powering_up or sn.name in live_nodes:
             continue
         out.power_down.append((sn, "no pending or running instance"))
@@ -308,6 +339,15 @@ def write_heartbeat(path: Path, now: datetime, **fields: Any) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _return_to_pool(slurm: Scontrol, node: str, reason: str) -> str:
+    """``down~`` -> ``idle~``; the failure stays in the node's Comment."""
+    slurm.run(
+        "update", f"nodename={node}", f"comment=coreburst: returned to the pool after: {reason}"
+    )
+    slurm.run("update", f"nodename={node}", "state=resume")
+    return "scontrol update state=resume"
 
 
 def _terminate(ec2: Any, instance_id: str) -> str:
@@ -377,6 +417,9 @@ def _release_spend_holds(ctx: RuleContext, slurm: Scontrol, text: str) -> None:
         for h in holds:
             ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=left)
         return
+    # What running bursts may still cost is not free to give away (the gate's commitments).
+    committed = SpendLedger(ctx.state, scope.name).committed(now)
+    left = {period: usd - committed for period, usd in left.items()}
     release, keep = releasable(holds, left)
     for h, why in keep:
         ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=why)
@@ -428,9 +471,10 @@ def reclaim_slurm_node(ctx: RuleContext, n: Node, d: Decision) -> bool:
     """For the idle-reclaim rule, before it acts: True when ``n`` is a burst node (its
     instance carries the Slurm node tag the resume program sets), which idle reclaim must not
     stop or terminate through EC2 (a slurmd runs there). Instead Slurm is asked to power the
-    node down once no job holds it (``State=POWER_DOWN``: a running job is never killed; the
-    SuspendProgram then ends the instance), through the actuator's gate. Without the
-    burst-reconcile rule (no scontrol here) the node is left to Slurm's SuspendTime."""
+    node down once no job holds it (``State=POWER_DOWN_ASAP``: the node is drained so no new
+    job lands on it, a running job is never killed; the SuspendProgram then ends the
+    instance), through the actuator's gate. Without the burst-reconcile rule (no scontrol
+    here) the node is left to Slurm's SuspendTime."""
     p = ctx.cfg.burst_reconcile
     node = n.tags.get(p.node_tag_key)
     if not node:
@@ -532,6 +576,22 @@ def run(ctx: RuleContext) -> None:
             ctx.state.drop_intent(key)
             ctx.actuator.audit("action.failed", key=key, instance_id=sn.name, error=str(exc))
             ctx.report.errors.append(f"burst-reconcile: {exc}")
+    for sn, why in todo.repair:
+        key = f"burst-repair:{sn.name}:{sn.fields.get('Reason', '')}:{sn.boot_time}"
+        ctx.actuator.audit("burst.repair", node=sn.name, why=why)
+        try:
+            ctx.actuator.execute(
+                key,
+                sn.name,
+                "slurm",
+                "return-to-pool",
+                reason=f"burst node {why}; its instance is gone",
+                call=lambda n=sn.name, r=sn.reason: _return_to_pool(slurm, n, r),  # type: ignore[misc]
+            )
+        except SlurmError as exc:
+            ctx.state.drop_intent(key)
+            ctx.actuator.audit("action.failed", key=key, instance_id=sn.name, error=str(exc))
+            ctx.report.errors.append(f"burst-reconcile: {exc}")
     events: list[dict[str, Any]] = []
     if p.burst_audit_log is not None:
         try:
@@ -552,6 +612,7 @@ def run(ctx: RuleContext) -> None:
         instances=len(instances),
         orphans=len(todo.terminate),
         lost=len(todo.power_down),
+        repaired=len(todo.repair),
         guarded=len(todo.guarded),
     )
     if p.heartbeat_file is not None:

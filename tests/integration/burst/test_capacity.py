@@ -135,12 +135,56 @@ def test_capacity_error_requeues_at_once_then_the_pool_backs_off(lab: BurstLab) 
         assert _job(lab, job)["JobState"] == "PENDING"
         assert proxy.refused == 1
 
-        # Capacity is back and the backoff is over (deleted here rather than waited out).
+        # Capacity is back: the operator lifts the backoff with the documented command
+        # instead of waiting it out; the next daemon cycle does not put it back.
         proxy.out_of_capacity.clear()
-        slurm.run("scontrol", "delete", f"ReservationName={resv}")
+        out = slurm.burst_cli(
+            "release-hold", "od", "--stack", "lab", "--stack-dir", str(slurm.lab),
+            "--reason", "capacity back",
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == f"released pool od: deleted {resv}"
+        assert resv not in slurm.run("scontrol", "show", "reservation").stdout
+        (released,) = [e for e in _audit(lab) if e["event"] == "operator.released"]
+        assert released["pool"] == "od" and released["reservations"] == [resv]
+        events, _ = _daemon_cycle(_guardrails_yaml(lab))
+        assert [e for e in events if e["event"] == "burst.hold"] == []
+        assert "coreburst-backoff-od" not in slurm.run("scontrol", "show", "reservation").stdout
         lab.wait("job done on a burst node", lambda: _job(lab, job)["JobState"] == "COMPLETED", 90)
         assert _job(lab, job)["NodeList"] in ("od-1", "od-2")
         assert _job(lab, job)["NodeList"] in [n for n, _ in lab.watcher.boots]
     finally:
         proxy.out_of_capacity.clear()
         slurm.run("scancel", job, check=False)
+
+
+def test_reconcile_returns_a_node_left_down_by_a_failed_resume_to_the_pool(lab: BurstLab) -> None:
+    """A CLOUD node left ``down~`` with slurmctld's "ResumeTimeout reached" (as an earlier
+    release of the resume-fail program left it) is back to ``idle~`` after one daemon cycle,
+    with the reason kept in its Comment; a node an operator downed for another reason stays."""
+    slurm = lab.slurm
+    for n in ("od-2", "sp-1"):  # powered down first (the test before may have used them)
+        slurm.run("scontrol", "update", f"nodename={n}", "state=power_down_force", check=False)
+    lab.wait(
+        "od-2 and sp-1 idle~",
+        lambda: all(
+            "POWERED_DOWN" in (st := slurm.node_state(n)) and "POWERING" not in st
+            for n in ("od-2", "sp-1")
+        ),
+        60,
+    )
+    slurm.run("scontrol", "update", "nodename=od-2", "state=down", "reason=ResumeTimeout reached")
+    slurm.run("scontrol", "update", "nodename=sp-1", "state=down", "reason=bad EFA, RMA 1234")
+    try:
+        assert "DOWN" in slurm.node_state("od-2") and "POWERED_DOWN" in slurm.node_state("od-2")
+        events, _ = _daemon_cycle(_guardrails_yaml(lab))
+        (rep,) = [e for e in events if e["event"] == "burst.repair"]
+        assert rep["node"] == "od-2"
+        state = slurm.node_state("od-2")
+        assert "IDLE" in state.split("+") and "POWERED_DOWN" in state.split("+")
+        assert "DOWN" not in state.split("+")
+        shown = slurm.run("scontrol", "show", "node", "od-2").stdout
+        assert "Comment=coreburst: returned to the pool after: ResumeTimeout reached" in shown
+        assert "DOWN" in slurm.node_state("sp-1").split("+")
+    finally:
+        slurm.run("scontrol", "update", "nodename=sp-1", "state=resume", check=False)

@@ -22,7 +22,7 @@ from guardrails.slurm import Scontrol, power_down_when_idle
 from guardrails.state import State
 from sandbox.clocks import FakeClock
 from sandbox.emulator import AMI, fake_session
-from sandbox.slurmlab import BurstLab
+from sandbox.slurmlab import BurstLab, SlurmLab
 
 pytestmark = pytest.mark.integration
 
@@ -117,24 +117,53 @@ def test_one_cycle_terminates_the_orphan_and_spares_the_busy_node(burst_lab: Bur
             slurm.run("scontrol", "delete", f"ReservationName={resv}", check=False)
 
 
-def test_power_down_when_idle_waits_for_the_running_job(burst_lab: BurstLab) -> None:
+def _pending_reason(slurm: SlurmLab, job: str) -> str:
+    return slurm.run("squeue", "-h", "-j", job, "-o", "%T %r", check=False).stdout.strip()
+
+
+def test_power_down_when_idle_drains_the_node_and_waits_for_the_running_job(
+    burst_lab: BurstLab,
+) -> None:
     """What idle reclaim asks of Slurm for a burst node (guardrails.slurm.power_down_when_idle,
-    ``scontrol update state=power_down``) on the real slurmctld: the running job is not killed;
-    once it ends, Slurm powers the node down and its SuspendProgram terminates the instance."""
+    ``scontrol update state=power_down_asap``) on the real slurmctld: the node is drained, so a
+    job submitted to it now stays pending (with plain ``power_down`` Slurm 22.05 started such a
+    job on the busy node); the running job is not killed (it runs to its last line); once it
+    ends, Slurm powers the node down, its SuspendProgram terminates the instance, and the drain
+    is cleared (the node is not lost to later jobs)."""
     lab, slurm = burst_lab, burst_lab.slurm
+    done = slurm.lab / "jobs" / "asap-job-done"
+    done.unlink(missing_ok=True)
     job = slurm.run(
-        "sbatch", "--parsable", "-o", "/dev/null", "-p", "burst", "-w", "od-1", "--exclusive",
-        "-N1", "-t", "10", "--wrap", "sleep 12",
+        "sbatch", "--parsable", "-o", "/dev/null", "-p", "burst", "-w", "od-1", "-N1", "-n1",
+        "-t", "10", "--wrap", f"sleep 12; touch {done}",
     ).stdout.strip().split(";")[0]  # fmt: skip
+    late = ""
     try:
         lab.wait("job running on od-1", lambda: slurm.job_state(job) == ("RUNNING", "od-1"), 60)
         (iid,) = lab.instances("od-1")
-        power_down_when_idle(Scontrol(conf=slurm.conf), ["od-1"])
-        time.sleep(3)
+        assert power_down_when_idle(Scontrol(conf=slurm.conf), ["od-1"]) == (
+            "scontrol update state=power_down_asap"
+        )
+        lab.wait("od-1 draining", lambda: "DRAIN" in slurm.node_state("od-1"), 10)
+        assert "POWER_DOWN" in slurm.node_state("od-1")
+        assert slurm.node("od-1").get("Reason") == "POWER_DOWN_ASAP"
+        # Room for a second one-CPU job, but no new job lands on the draining node.
+        late = slurm.run(
+            "sbatch", "--parsable", "-o", "/dev/null", "-p", "burst", "-w", "od-1", "-N1",
+            "-n1", "-t", "10", "--wrap", "true",
+        ).stdout.strip().split(";")[0]  # fmt: skip
+        lab.wait(
+            "the late job held back",
+            lambda: "ReqNodeNotAvail" in _pending_reason(slurm, late),
+            15,
+        )
+        time.sleep(4)  # several scheduler passes (bf_interval=2)
+        assert _pending_reason(slurm, late) == "PENDING ReqNodeNotAvail, UnavailableNodes:od-1"
         assert slurm.job_state(job) == ("RUNNING", "od-1")
-        assert "POWER" in slurm.node_state("od-1")  # marked to power down, job untouched
         assert _state(lab, iid) == "running"
+        slurm.run("scancel", late)
         lab.wait("job completed", lambda: slurm.job_state(job)[0] == "GONE", 30)
+        assert done.exists()  # ran to its last line: not killed
         lab.wait(
             "od-1 powered down, instance terminated",
             lambda: (
@@ -143,7 +172,8 @@ def test_power_down_when_idle_waits_for_the_running_job(burst_lab: BurstLab) -> 
             ),
             30,
         )
-        state = slurm.run("sacct", "-n", "-X", "-j", job, "-o", "State", check=False).stdout
-        assert "CANCELLED" not in state and "NODE_FAIL" not in state
+        assert "DRAIN" not in slurm.node_state("od-1")
     finally:
-        slurm.run("scancel", job, check=False)
+        for j in (job, late):
+            if j:
+                slurm.run("scancel", j, check=False)

@@ -443,7 +443,9 @@ def test_gate_over_the_daily_limit_launches_nothing_and_holds(ec2: Any, tmp_path
     create, down, off, note = slurm.calls[1:]
     # The job says why it waits, with its projected cost, in one line (scontrol show job).
     assert note[:2] == ("update", "jobid=7")
-    assert note[2].startswith(f"AdminComment=coreburst: held by the burst spend gate, projected ${4 * rate:,.2f}")
+    assert note[2].startswith(
+        f"AdminComment=coreburst: held by the burst spend gate, projected ${4 * rate:,.2f}"
+    )
     assert "left today" in note[2] and "\n" not in note[2]
     assert create[:5] == (
         "create",

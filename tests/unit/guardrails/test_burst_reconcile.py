@@ -798,11 +798,12 @@ def test_idle_reclaim_asks_slurm_to_power_down_a_burst_node(
     ec2: Any, slurm: FakeSlurm, tmp_path: Path
 ) -> None:
     """An idle instance tagged with a Slurm node is never stopped through EC2: Slurm is asked
-    (State=POWER_DOWN, which waits for running jobs); an untagged one is stopped as before."""
+    to drain it and power it down once its jobs end (State=POWER_DOWN_ASAP: no new job lands
+    on it, none is killed); an untagged one is stopped as before."""
     iid = launch(ec2, "od-1")
     audit = _act_on(slurm, tmp_path, iid, {"coreburst-slurm-node": "od-1"}, enabled=True)
     assert state_of(ec2, iid) == "running"
-    assert slurm.updates() == [["update", "nodename=od-1", "state=power_down"]]
+    assert slurm.updates() == [["update", "nodename=od-1", "state=power_down_asap"]]
     (ex,) = [e for e in audit if e["event"] == "action.executed"]
     assert ex["kind"] == "power-down-when-idle" and ex["instance_id"] == "od-1"
     plain = launch(ec2, None)

@@ -1,0 +1,68 @@
+"""burst-reconcile's part in issue 21: an operator's release of a pool hold stays released
+until the pool fails again, and CLOUD nodes a failed resume left ``down~`` go back to the pool
+while nodes an operator downed stay down. Audit events are burst/power.py's (``ts``, ``event``,
+``nodes``); node lines are ``scontrol -o show nodes`` as tests/unit/guardrails/
+test_burst_reconcile.py makes them (Slurm 22.05 format, made up there)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from guardrails.config import BurstReconcileConfig
+from guardrails.rules.burst_reconcile import ICE, OPERATOR_RELEASED, holds, plan
+from guardrails.slurm import parse_nodes
+from tests.unit.guardrails.test_burst_reconcile import node_line
+
+NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+P = BurstReconcileConfig(enabled=True, stack="lab", capacity_backoff=timedelta(minutes=30))
+
+
+def _ev(minutes_ago: float, event: str, **kw: Any) -> dict[str, Any]:
+    return {"ts": (NOW - timedelta(minutes=minutes_ago)).timestamp(), "event": event, **kw}
+
+
+def test_released_backoff_stays_released_until_a_new_failure() -> None:
+    ice = _ev(10, "resume.failed", nodes="od-1", code=ICE)
+    assert [h.pool for h in holds([ice], NOW, P)] == ["od"]
+    released = _ev(5, OPERATOR_RELEASED, pool="od")
+    assert holds([ice, released], NOW, P) == []
+    again = _ev(1, "resume.failed", nodes="od-2", code=ICE)
+    (h,) = holds([ice, released, again], NOW, P)
+    assert h.pool == "od" and h.reservation.startswith("coreburst-backoff-od-")
+    # Another pool's release changes nothing for od.
+    assert [h.pool for h in holds([ice, _ev(5, OPERATOR_RELEASED, pool="sp")], NOW, P)] == ["od"]
+
+
+def test_release_forgives_earlier_bootstrap_failures_but_new_ones_protect_again() -> None:
+    fails = [_ev(60 - i, "resume-fail", nodes="od-1") for i in range(3)]
+    assert [h.reservation for h in holds(fails, NOW, P)] == ["coreburst-protect-od"]
+    released = _ev(30, OPERATOR_RELEASED, pool="od")
+    assert holds([*fails, released], NOW, P) == []
+    one_more = [_ev(10, "resume-fail", nodes="od-2")]
+    assert holds([*fails, released, *one_more], NOW, P) == []
+    three_more = [_ev(10 - i, "resume-fail", nodes="od-2") for i in range(3)]
+    assert [h.reservation for h in holds([*fails, released, *three_more], NOW, P)] == [
+        "coreburst-protect-od"
+    ]
+
+
+def test_failed_resume_nodes_left_down_go_back_to_the_pool_operator_downs_stay() -> None:
+    nodes = parse_nodes(
+        "\n".join(
+            [
+                node_line("od-1", "DOWN+CLOUD+POWERED_DOWN", reason="ResumeTimeout reached"),
+                node_line(
+                    "od-2",
+                    "DOWN+CLOUD+POWERED_DOWN",
+                    reason="(Code:InsufficientInstanceCapacity)Failure when resuming nodes",
+                ),
+                node_line("sp-1", "DOWN+CLOUD+POWERED_DOWN", reason="bad EFA, RMA 1234"),
+                node_line("cb-1", "DOWN+CLOUD+POWERING_DOWN", reason="ResumeTimeout reached"),
+                node_line("core1", "DOWN", reason="ResumeTimeout reached"),
+            ]
+        )
+    )
+    todo = plan([], nodes, NOW, timedelta(minutes=15))
+    assert sorted(sn.name for sn, _ in todo.repair) == ["od-1", "od-2"]
+    assert all("failed resume" in why for _, why in todo.repair)
