@@ -7,10 +7,10 @@ PYTHON ?= python3
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml sandbox/pyproject.toml
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]' -e ./sandbox
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 ## Debian packages the tests use for real (root; no-op when present). See .ci/run.

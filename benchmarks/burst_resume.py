@@ -3,7 +3,8 @@
 Two parts, both against local stand-ins (a moto server for EC2); the figures are this machine's,
 not EC2's or a real boot's.
 
-1. ``lab``: a real Slurm (sandbox/slurmlab.py: munged, slurmctld, slurmd per node; a launched
+1. ``lab``: a real Slurm (coreburst/sandbox/slurmlab.py: munged, slurmctld, slurmd per node; a
+launched
    instance "boots" 2.5 s later by starting its slurmd). The core is filled, then a job
    ``-p core,burst`` is submitted ``--runs`` times (each after the node has suspended again).
    Split per run, from slurmctld's log (its ``power_save: pid N waking nodes ...`` line as it
@@ -12,8 +13,9 @@ not EC2's or a real boot's.
    (Python, imports, stack) and its own EC2 work (request → launched), launched → slurmd
    started (the emulated boot), and slurmd started → job RUNNING (Slurm's poll).
 2. ``resume N``: the resume program for N nodes of one on-demand pool, twice per size:
-   in-process (``burst.power.Power``) with every EC2 call counted through botocore's
-   ``before-call`` event hook, and as the real process (``python -m burst.cli resume``) for
+   in-process (``coreburst.burst.power.Power``) with every EC2 call counted through botocore's
+   ``before-call`` event hook, and as the real process (``python -m coreburst.burst.cli resume``)
+   for
    its wall time including interpreter and import start-up. The target: CreateFleet calls
    <= ceil(N / 500) per pool; DescribeInstances, CreateTags (one per instance, 16 in
    parallel) are printed as they are. ``nodeAddress: registration`` (no scontrol call).
@@ -42,13 +44,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from burst.config import load_burst_stack  # noqa: E402
-from burst.hostlist import expand  # noqa: E402
-from burst.power import FLEET_BATCH, Audit, Power, Scontrol  # noqa: E402
-from sandbox.emulator import AMI, MotoProcess, fake_session  # noqa: E402
-from sandbox.slurmlab import BurstLab, missing_prerequisite, start_burst_lab  # noqa: E402
+from coreburst.burst.config import load_burst_stack  # noqa: E402
+from coreburst.burst.hostlist import expand  # noqa: E402
+from coreburst.burst.power import FLEET_BATCH, Audit, Power, Scontrol  # noqa: E402
+from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session  # noqa: E402
+from coreburst.sandbox.slurmlab import BurstLab, missing_prerequisite, start_burst_lab  # noqa: E402
 
-# Made up for this benchmark; keys follow infra/config.py (StackConfig) and burst/config.py.
+# Made up for this benchmark; keys follow infra/config.py (StackConfig) and
+# coreburst/burst/config.py.
 BENCH_STACK = """\
 config:
   aws:region: us-east-1
@@ -216,7 +219,7 @@ def bench_resume(moto: MotoProcess, n: int, work: Path) -> dict[str, Any]:
     }
     t0 = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "burst.cli", "resume", hostlist, "--stack", "bench",
+        [sys.executable, "-m", "coreburst.burst.cli", "resume", hostlist, "--stack", "bench",
          "--stack-dir", str(d)],
         env=env, capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip

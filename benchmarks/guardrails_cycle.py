@@ -1,6 +1,7 @@
 """Guardrail cycles at 1,000 / 5,000 / 10,000 instances against a local moto server process.
 
-Every node sends what a real p5 sends under ``common.telemetry``: each minute, the per-instance
+Every node sends what a real p5 sends under ``coreburst.common.telemetry``: each minute, the
+per-instance
 rollup of its 8 GPUs' utilization (one statistic set: Maximum, Minimum, SampleCount 8) for the
 whole idle window (85% of nodes busy, 10% idle, 3% with one GPU silent, 2% sending nothing),
 and NetworkOut every 5 minutes. The per-GPU series (for ``explain`` only) are left out: the
@@ -21,7 +22,8 @@ Printed per size: API calls by operation, metrics requested (GetMetricData queri
 bills), client CPU (``time.process_time``), peak traced Python memory of a fourth cycle
 (tracemalloc slows code, so it is off while CPU is measured), wall time, the emulator's CPU,
 and the CloudWatch API dollars per day at the default cadence from the catalog's price
-(``cloudwatch`` in common/data/catalog.yaml, with its date and source), checked against <= $10
+(``cloudwatch`` in coreburst/common/data/catalog.yaml, with its date and source), checked against <=
+$10
 per 1,000 instances per day.
 
 moto's CloudWatch scans every stored datapoint per query and per period; the server is
@@ -51,15 +53,15 @@ from typing import Any
 
 import psutil  # type: ignore[import-untyped]
 
-from common.catalog import load_catalog
-from common.telemetry import UTILIZATION_METRICS
-from guardrails.aws import Aws
+from coreburst.common.catalog import load_catalog
+from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import MotoProcess, fake_session, launch
+from guardrails.adapters.aws import Aws
 from guardrails.cli import configure_logging
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import MotoProcess, fake_session, launch
+from guardrails.stores.sqlite import State
 
 WINDOW_MIN = 30
 GPU = UTILIZATION_METRICS["nvidia"]
@@ -271,7 +273,7 @@ metrics_endpoint: {{enabled: false}}
         d.close()
         state.close()
     cat = load_catalog()
-    assert cat.cloudwatch is not None, "common/data/catalog.yaml has no cloudwatch prices"
+    assert cat.cloudwatch is not None, "coreburst/common/data/catalog.yaml has no cloudwatch prices"
     price = cat.cloudwatch.get_metric_data_usd_per_1000_metrics
     req_price = cat.cloudwatch.api_usd_per_1000_requests
     idle_ns = {m.namespace for m in cfg.idle.metrics.values()}

@@ -1,7 +1,7 @@
 """The ``coreburst`` command: one entry point over the products, each loaded only when used.
 
 $ coreburst plan --stack dev
-$ coreburst tco --scenario tco/examples/team8_85pct.yaml --plot tco.png
+$ coreburst tco --scenario coreburst/tco/examples/team8_85pct.yaml --plot tco.png
 $ coreburst guardrails once --config guardrails.yaml
 $ coreburst onprem validate --inventory fleet.yaml
 $ coreburst core report --config guardrails.yaml --since 7d --plot core.png
@@ -25,15 +25,19 @@ from typer.core import TyperCommand, TyperGroup
 # function (one command). The help here is what `coreburst --help` lists without importing.
 PRODUCTS: dict[str, tuple[str, str, str]] = {
     "plan": ("coreburst.plan", "plan", "Monthly cost and policy verdicts for a stack, offline."),
-    "tco": ("tco.cli", "tco", "Own, rent or both: total cost of ownership for a GPU fleet."),
+    "tco": (
+        "coreburst.tco.cli",
+        "tco",
+        "Own, rent or both: total cost of ownership for a GPU fleet.",
+    ),
     "guardrails": (
         "guardrails.cli",
         "app",
         "Spend limits, idle-GPU reclaim and egress alerts.",
     ),
-    "onprem": ("onprem.cli", "app", "Configure and validate on-prem DGX nodes."),
+    "onprem": ("coreburst.onprem.cli", "app", "Configure and validate on-prem DGX nodes."),
     "burst": (
-        "burst.cli",
+        "coreburst.burst.cli",
         "app",
         "Overflow the on-prem Slurm queue to AWS: Slurm config and power programs.",
     ),
@@ -48,14 +52,14 @@ PRODUCTS: dict[str, tuple[str, str, str]] = {
 EXTRAS: dict[str, dict[str, tuple[str, str, str]]] = {
     "guardrails": {
         "demo": (
-            "sandbox.demo",
+            "coreburst.sandbox.demo",
             "demo",
             "Run the daemon against a local AWS emulator and Slack receiver (dev setup).",
         ),
     },
     "burst": {
         "demo": (
-            "sandbox.burst_demo",
+            "coreburst.sandbox.burst_demo",
             "demo",
             "Overflow a local Slurm's full core to EC2 on the local emulator and back "
             "(dev setup; needs root and Slurm).",

@@ -3,8 +3,8 @@
 $ coreburst core report --config guardrails.yaml --since 7d
 $ coreburst core report --config guardrails.yaml --state-table guardrails-state
 $ coreburst core report --since 7d --format json --plot core.png \
-    --scenario tco/examples/team8_85pct.yaml
-$ coreburst core price --scenario tco/examples/team8_85pct.yaml
+    --scenario coreburst/tco/examples/team8_85pct.yaml
+$ coreburst core price --scenario coreburst/tco/examples/team8_85pct.yaml
 
 **Source.** The ``core-idle`` rule of the guardrails daemon records, every cycle, each Slurm job
 run's allocated GPU-hours and its measured GPU-hours (allocated x its DCGM efficiency so far) in
@@ -16,7 +16,8 @@ whole when it was seen within ``--since``. A run whose GPUs were not all measure
 as allocated but *unmeasured*, never as idle.
 
 **Price.** One $/GPU-hour for owned nodes: ``--gpu-hour-usd``, else the TCO model's amortised
-cost of a ``--scenario`` (``common.pricing.owned_gpu_hour_usd`` over ``tco.model``), else the
+cost of a ``--scenario`` (``coreburst.common.pricing.owned_gpu_hour_usd`` over
+``coreburst.tco.model``), else the
 config's ``core_idle.gpu_hour_usd`` (which ``coreburst core price`` prints); with none, GPU-hours
 only. Burst spend is the daemon's latest month-to-date figure for the spend scope named like the
 team (Slurm account), by scope name or tag value.
@@ -262,9 +263,9 @@ def _price(
 
 def scenario_price(path: Path) -> float:
     """$/allocated GPU-hour of the owned node of a TCO scenario file; one line on error."""
-    from common.textio import read_text
-    from tco.cli import build_scenario
-    from tco.model import TcoError, scenario_gpu_hour_price
+    from coreburst.common.textio import read_text
+    from coreburst.tco.cli import build_scenario
+    from coreburst.tco.model import TcoError, scenario_gpu_hour_price
 
     try:
         text = read_text(path, "scenario", TcoError)
@@ -366,7 +367,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     finally:
         state.close()
     if plot is not None:
-        from tco.core_plot import render_core_usage
+        from coreburst.tco.core_plot import render_core_usage
 
         try:
             render_core_usage(summary["teams"], summary["users"], plot, f"last {since}")

@@ -17,6 +17,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from enum import StrEnum
+from importlib import resources as package_files
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +25,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from burst.config import parse_burst
-from burst.cost import GateSummary, PoolRate, gate_summary, pool_rates
-from common.catalog import CatalogError, load_catalog
-from common.pricing import CostLine
-from common.textio import read_text
+from coreburst.burst.config import parse_burst
+from coreburst.burst.cost import GateSummary, PoolRate, gate_summary, pool_rates
+from coreburst.common.catalog import CatalogError, load_catalog
+from coreburst.common.pricing import CostLine
+from coreburst.common.textio import read_text
 from infra.config import StackConfigError
-from infra.offline import REPO_ROOT, evaluate_stack, load_stack_yaml, stack_file
+from infra.offline import evaluate_stack, load_stack_yaml, stack_file
 from policies.pack import all_policies
 from policies.pricing import price_resources, stack_region
 from policies.runner import PolicyError, Violation, run_policies
 from policies.sources import PreviewError, from_offline, load_preview
 
-POLICY_CONFIG_DIR = REPO_ROOT / "policies" / "config"
+# The policy pack's per-stack config: the user's own (policies/config/<stack>.json beside the
+# stack files, what `pulumi preview --policy-pack-config` is given), else the one this package
+# ships for its example stacks.
+POLICY_CONFIG_SUBDIR = ("policies", "config")
 
 
 class Format(StrEnum):
@@ -69,6 +73,8 @@ class Report:
     resource_count: int = 0
     compare: Report | None = field(default=None)
     burst: Burst | None = None
+    # Which policy pack config the verdicts used (a path, or that there was none).
+    policy_config: str = ""
 
     @property
     def hourly(self) -> float:
@@ -79,11 +85,22 @@ class Report:
         return sum(x.monthly_usd for x in self.lines)
 
 
-def _policy_config(stack: str, path: Path | None) -> dict[str, Any]:
-    path = path or POLICY_CONFIG_DIR / f"{stack}.json"
+def policy_config_path(stack: str, root: Path | None) -> Path | None:
+    """Where ``stack``'s policy config is: beside the stack files, else shipped; None when
+    neither has one (every policy at its defaults)."""
+    own = (root or Path.cwd()).joinpath(*POLICY_CONFIG_SUBDIR, f"{stack}.json")
+    if own.is_file():
+        return own
+    shipped = Path(str(package_files.files("policies"))) / "config" / f"{stack}.json"
+    return shipped if shipped.is_file() else None
+
+
+def _policy_config(stack: str, path: Path | None, root: Path | None = None) -> dict[str, Any]:
+    if path is None:
+        path = policy_config_path(stack, root)
+        if path is None:
+            return {}  # no per-stack file: every policy at its defaults (the report says so)
     if not path.is_file():
-        if path.parent == POLICY_CONFIG_DIR:
-            return {}  # no per-stack file: every policy at its defaults
         raise PlanError(f"policy config {path} not found")
     try:
         doc = json.loads(read_text(path, "policy config", PlanError))
@@ -97,7 +114,7 @@ def _policy_config(stack: str, path: Path | None) -> dict[str, Any]:
 BURST_NOTE = " (burst: Slurm starts these nodes on demand; priced per node-hour below)"
 
 
-def _burst(stack: str, root: Path) -> Burst | None:
+def _burst(stack: str, root: Path | None) -> Burst | None:
     """The stack's burst pools (``coreburst:burst`` in ``Pulumi.<stack>.yaml``), or None.
     With ``--preview-json`` and no stack file there is nothing to read."""
     if not stack_file(stack, root).is_file():
@@ -127,7 +144,7 @@ def build_report(
     nat_gb: float = 0.0,
     policy_config: Path | None = None,
     *,
-    root: Path = REPO_ROOT,
+    root: Path | None = None,
 ) -> Report:
     """Price and check one stack (``root/Pulumi.<stack>.yaml``); raises PlanError /
     StackConfigError / CatalogError / PreviewError with a one-line message."""
@@ -135,15 +152,15 @@ def build_report(
         resources = load_preview(preview_json)
         source = f"pulumi preview ({preview_json.name})"
     else:
-        # Only a non-default root is passed: tests point evaluate_stack elsewhere with a partial.
-        ev = evaluate_stack(stack) if root == REPO_ROOT else evaluate_stack(stack, root)
+        ev = evaluate_stack(stack, root)
         resources = from_offline(ev.resources, stack)
         source = "offline evaluation"
     lines = price_resources(resources, load_catalog(), egress_gb=egress_gb, nat_gb_per_month=nat_gb)
     burst = _burst(stack, root)
     if burst is not None:
         lines = _mark_burst(lines, burst)
-    violations = run_policies(resources, _policy_config(stack, policy_config))
+    used = policy_config or policy_config_path(stack, root)
+    violations = run_policies(resources, _policy_config(stack, policy_config, root))
     aws = sum(1 for r in resources if r.resource_type.startswith("aws:"))
     return Report(
         stack,
@@ -154,6 +171,7 @@ def build_report(
         len(all_policies()),
         aws,
         burst=burst,
+        policy_config=str(used) if used else "none: every policy at its defaults",
     )
 
 
@@ -281,7 +299,8 @@ def to_json(report: Report) -> dict[str, Any]:
                 "detail": x.detail,
                 "hourlyUsd": round(x.hourly_usd, 4),
                 "monthlyUsd": round(x.monthly_usd, 2),
-                # The catalog figures the line used: source key and date (common/data/catalog.yaml).
+                # The catalog figures the line used: source key and date
+                # (coreburst/common/data/catalog.yaml).
                 "priceSource": x.source,
             }
             for x in report.lines
@@ -290,6 +309,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "burst": None if report.burst is None else _burst_json(report.burst),
         "policies": {
             "checked": report.policies_checked,
+            "config": report.policy_config,
             "passed": not report.violations,
             "violations": [
                 {
@@ -411,6 +431,7 @@ def print_table(report: Report, console: Console) -> None:
             style="bold",
         )
         console.print(diff)
+    console.print(f"policy config: {report.policy_config}")
     if not report.violations:
         console.print(f"policies: PASS ({report.policies_checked} policies, no violations)")
         return
@@ -441,6 +462,9 @@ def plan(  # noqa: PLR0917
         "--policy-config",
         help="Policy pack config JSON (default policies/config/<stack>.json)",
     ),
+    stack_dir: Path = typer.Option(
+        Path("."), "--stack-dir", help="Directory holding Pulumi.<stack>.yaml (default: here)"
+    ),
 ) -> None:
     """Price STACK per resource and run the policy pack over it (no cloud access needed)."""
     for flag, value in (("--egress-gb", egress_gb), ("--nat-gb", nat_gb)):
@@ -451,9 +475,10 @@ def plan(  # noqa: PLR0917
             )
             raise typer.Exit(2)
     try:
-        report = build_report(stack, preview_json, egress_gb, nat_gb, policy_config)
+        root = stack_dir.resolve()
+        report = build_report(stack, preview_json, egress_gb, nat_gb, policy_config, root=root)
         if compare:
-            report.compare = build_report(compare, None, egress_gb, nat_gb, None)
+            report.compare = build_report(compare, None, egress_gb, nat_gb, None, root=root)
     except (StackConfigError, CatalogError, PreviewError, PlanError, PolicyError) as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -26,13 +26,14 @@ from typing import IO, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from guardrails import aws, messages
+from guardrails import messages
+from guardrails.adapters import aws
+from guardrails.adapters.slack import Alert
 from guardrails.clock import Clock
 from guardrails.config import GuardrailsConfig, kill_switch_engaged
 from guardrails.metrics import Metrics
-from guardrails.slack import Alert
-from guardrails.state import iso, parse_iso
-from guardrails.store import StateStore
+from guardrails.stores.base import StateStore
+from guardrails.stores.sqlite import iso, parse_iso
 
 AlertFn = Callable[[Alert, timedelta | None], None]
 PauseFn = Callable[[str], None]

@@ -29,15 +29,15 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from guardrails.config import GuardrailsConfig
-    from guardrails.state import State
-    from guardrails.store import StateStore
+    from guardrails.stores.base import StateStore
+    from guardrails.stores.sqlite import State
 
 
 @dataclass
 class Runtime:
     """What the commands run on: the clock and the pause hook a cycle calls at its pause
     points (after-intent, after-action, after-enqueue). Production uses the system clock and
-    no pause; a test harness (``python -m sandbox.guardrails``) injects its own through
+    no pause; a test harness (``python -m coreburst.sandbox.guardrails``) injects its own through
     ``main(clock=..., pause=...)``."""
 
     clock: Clock | None = None
@@ -160,7 +160,7 @@ def open_state(cfg: GuardrailsConfig) -> State:
     """The SQLite state, checked before anything acts: a directory, a read-only or missing
     parent, or a corrupt file is one line (exit 2), not a traceback (and not a restart loop
     under systemd, which restarts on anything but exit 2)."""
-    from guardrails.state import State
+    from guardrails.stores.sqlite import State
 
     path = cfg.state.path
     st: State | None = None
@@ -189,7 +189,7 @@ def open_store(cfg: GuardrailsConfig, table: str | None = None) -> StateStore:
     from botocore.config import Config
     from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
-    from guardrails.state_dynamo import DynamoState
+    from guardrails.stores.dynamodb import DynamoState
 
     session = boto3.session.Session()
     region = session.region_name or cfg.regions[0]
@@ -237,10 +237,10 @@ def check_audit_log(cfg: GuardrailsConfig) -> None:
 
 @contextmanager
 def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
-    from guardrails.aws import Aws
+    from guardrails.adapters.aws import Aws
+    from guardrails.adapters.slack import webhook_url
     from guardrails.config import ConfigError
     from guardrails.daemon import Daemon
-    from guardrails.slack import webhook_url
 
     try:
         url = webhook_url(cfg.slack)
@@ -270,7 +270,7 @@ def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
 def _cycle(d: Any) -> Any:
     from botocore.exceptions import BotoCoreError, ClientError
 
-    from guardrails.aws import AwsUnreachableError
+    from guardrails.adapters.aws import AwsUnreachableError
 
     try:
         return d.run_cycle()
@@ -368,13 +368,8 @@ def run(
     import threading
 
     import structlog
-    from botocore.exceptions import BotoCoreError, ClientError
-    from prometheus_client import start_http_server
 
-    from guardrails.aws import AwsUnreachableError
-    from guardrails.config import ConfigError, load_config
-    from guardrails.slack import webhook_url
-    from guardrails.state import State
+    from guardrails.loop import LoopStopError, run_loop, serve_metrics
 
     configure_logging(log_level)
     log = structlog.get_logger("guardrails")
@@ -392,68 +387,12 @@ def run(
 
     signal.signal(signal.SIGTERM, _term)
     signal.signal(signal.SIGINT, _term)
-    mtime = config.stat().st_mtime if config else 0.0
     with _daemon(cfg) as d:
-        if cfg.metrics_endpoint.enabled:
-            ep = cfg.metrics_endpoint
-            try:
-                start_http_server(ep.port, addr=str(ep.address), registry=d.metrics.registry)
-            except OSError as exc:
-                raise fail(
-                    f"metrics_endpoint: cannot listen on {ep.address} port {ep.port}: "
-                    f"{exc.strerror}; change metrics_endpoint.address/port or disable it"
-                ) from None
-            log.info("metrics.listening", address=str(ep.address), port=ep.port)
-        n = 0
-        while not stop.is_set() and (max_cycles == 0 or n < max_cycles):
-            n += 1
-            gone = d.state.file_problem() if isinstance(d.state, State) else None
-            if gone:
-                # Stop rather than carry on or recreate the file: carrying on writes marks,
-                # intents and alerts where no one can see them, and a recreated file would
-                # silently drop in-flight intents and unsent alerts, restart every idle
-                # grace period, and hold no lease, so a second daemon on it would act too.
-                raise fail(f"{gone}; restore it, or restart the daemon to begin a new one")
-            if config is not None:
-                try:
-                    m = config.stat().st_mtime
-                    if m != mtime:
-                        mtime = m
-                        new = load_config(config)
-                        # Everything built from the config is rebuilt (clients, outbox,
-                        # actuator, prices); a bad file or webhook file keeps the last good.
-                        d.reload(new, webhook_url=webhook_url(new.slack))
-                        log.info("config.reloaded", path=str(config))
-                        # Opened once per process: these wait for a restart.
-                        later = [
-                            key
-                            for key, a, b in (
-                                ("state.path", new.state.path, cfg.state.path),
-                                ("metrics_endpoint", new.metrics_endpoint, cfg.metrics_endpoint),
-                            )
-                            if a != b
-                        ]
-                        if later:
-                            log.warning("config.needs_restart", keys=later)
-                except (ConfigError, OSError) as exc:
-                    # Keep running on the last good config.
-                    log.error("config.rejected", error=str(exc))
-            started = d.clock.now()
-            try:
-                report = d.run_cycle()
-                log.info(
-                    "cycle.done",
-                    nodes=report.nodes,
-                    actions=len(report.actions),
-                    alerts=report.alerts_queued,
-                    errors=len(report.errors),
-                )
-            except (AwsUnreachableError, ClientError, BotoCoreError) as exc:
-                log.error("cycle.failed", error=str(exc))
-            if max_cycles and n >= max_cycles:
-                break
-            elapsed = (d.clock.now() - started).total_seconds()
-            d.clock.wait(max(0.0, d.cfg.interval.total_seconds() - elapsed), stop)
+        try:
+            serve_metrics(d, log)
+            run_loop(d, config, stop, max_cycles, log)
+        except LoopStopError as exc:
+            raise fail(str(exc)) from None
 
 
 @app.command()
@@ -529,11 +468,11 @@ def explain(
     from rich.console import Console
     from rich.table import Table
 
-    from guardrails.aws import AwsUnreachableError
+    from guardrails.adapters.aws import AwsUnreachableError
     from guardrails.idle import ROLLUP_DEVICE, decide
     from guardrails.messages import owner
     from guardrails.rules.idle_reclaim import idle_params, per_device_stats, utilization
-    from guardrails.state import parse_iso
+    from guardrails.stores.sqlite import parse_iso
 
     configure_logging("warning")
     if not instance_id.startswith("i-"):
@@ -610,9 +549,9 @@ def org_scan(
     from rich.markup import escape
     from rich.table import Table
 
-    from common.catalog import load_catalog
+    from coreburst.common.catalog import load_catalog
     from guardrails import org
-    from guardrails.aws import Aws
+    from guardrails.adapters.aws import Aws
 
     configure_logging("warning")
     cfg = _load(config)

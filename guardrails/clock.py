@@ -1,7 +1,7 @@
 """Injectable clocks: every component asks one of these for "now", never datetime.now().
 
 Production runs on ``SystemClock``; tests, the demo and benchmarks inject the clocks of
-``sandbox.clocks`` (``FakeClock``, ``OffsetClock``)."""
+``coreburst.sandbox.clocks`` (``FakeClock``, ``OffsetClock``)."""
 
 from __future__ import annotations
 

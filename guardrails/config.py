@@ -58,14 +58,15 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from common.catalog import load_catalog
-from common.errors import one_line as _one_line
-from common.errors import redact
-from common.telemetry import UTILIZATION_METRICS, AcceleratorKind
-from common.textio import read_text
+from coreburst.common.catalog import load_catalog
+from coreburst.common.errors import one_line as _one_line
+from coreburst.common.errors import redact
+from coreburst.common.telemetry import UTILIZATION_METRICS, AcceleratorKind
+from coreburst.common.textio import read_text
 
 # -- secrets never reach a message ----------------------------------------------------------
-# The rules (secret-like keys, secret-looking values) live in common.errors (redact, one_line).
+# The rules (secret-like keys, secret-looking values) live in coreburst.common.errors (redact,
+# one_line).
 
 
 class ConfigError(ValueError):
@@ -190,7 +191,8 @@ class MetricConfig(_Strict):
     metric_name: str
     device_dimension: str
     # Decide from the per-instance rollup (the same metric under InstanceId alone: Maximum,
-    # Minimum, SampleCount per period; common.telemetry publishes it): 3 metrics per instance
+    # Minimum, SampleCount per period; coreburst.common.telemetry publishes it): 3 metrics per
+    # instance
     # per read instead of one per accelerator. false: read every per-device series (a metric
     # someone else publishes without that rollup). ``explain`` always shows per-device series.
     rollup: bool = True

@@ -25,18 +25,19 @@ from typing import Any
 
 import structlog
 
-from common.catalog import Catalog, load_catalog
-from guardrails import aws, messages
+from coreburst.common.catalog import Catalog, load_catalog
+from guardrails import messages
 from guardrails.actuator import Actuator, PauseFn
-from guardrails.aws import AwsUnreachableError
+from guardrails.adapters import aws
+from guardrails.adapters.aws import AwsUnreachableError
+from guardrails.adapters.slack import Alert, Outbox
 from guardrails.clock import Clock, SystemClock
 from guardrails.config import GuardrailsConfig
 from guardrails.metrics import Metrics
 from guardrails.model import Node
 from guardrails.rules import REGISTRY, CycleReport, Prices, RuleContext, inventory
-from guardrails.slack import Alert, Outbox
-from guardrails.state import iso, parse_iso
-from guardrails.store import StateStore
+from guardrails.stores.base import StateStore
+from guardrails.stores.sqlite import iso, parse_iso
 
 __all__ = ["AwsUnreachableError", "CycleReport", "Daemon", "dead_local_holder", "leader_id"]
 

@@ -1,7 +1,7 @@
 """Egress projection and spike detection (pure; prices come from the catalog object passed in).
 
     >>> from datetime import timedelta
-    >>> from common.catalog import load_catalog
+    >>> from coreburst.common.catalog import load_catalog
     >>> e = project_egress({"i-1": 10 * 2**30}, {}, timedelta(hours=1), 0.0, load_catalog())
     >>> round(e.projected_day_gb)
     240
@@ -17,10 +17,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from common.catalog import Catalog
+from coreburst.common.catalog import Catalog
 
 GB = 2**30
-# Byte counters are read in whole periods of this length (``guardrails.aws.BYTES_PERIOD_S``).
+# Byte counters are read in whole periods of this length
+# (``guardrails.adapters.aws.BYTES_PERIOD_S``).
 PERIOD = timedelta(seconds=300)
 # A read ends this long before now, on a period boundary: EC2 publishes a period's datapoint
 # after the period ends, and a read never goes back over a span it has read (UNVERIFIED: the

@@ -11,7 +11,8 @@ botocore's.
 - GetMetricData requests: the queries are JSON-encoded as given (they hold only strings and
   integers, so the document is the one botocore's serializer would send).
 - GetMetricData and ListMetrics responses: decoded with orjson, timestamps converted.
-- DescribeInstances responses (EC2 XML): only the fields ``guardrails.aws`` reads are kept —
+- DescribeInstances responses (EC2 XML): only the fields ``guardrails.adapters.aws`` reads are kept
+—
   see ``INSTANCE_FIELDS``. A client with these handlers returns nothing else for that call.
 
 Any answer that is not a 200, or that these parsers cannot read, is left to botocore, so

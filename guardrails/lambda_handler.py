@@ -31,7 +31,7 @@ import boto3
 
 from guardrails.clock import Clock
 from guardrails.config import GuardrailsConfig, parse_config
-from guardrails.state_dynamo import DynamoState
+from guardrails.stores.dynamodb import DynamoState
 
 if TYPE_CHECKING:
     from guardrails.actuator import PauseFn
@@ -63,7 +63,7 @@ def run(
 ) -> dict[str, Any]:
     """``handler`` with an injectable clock and pause hook (tests move time and stop the
     invocation mid-cycle; Lambda uses the system clock and no pause)."""
-    from guardrails.aws import Aws
+    from guardrails.adapters.aws import Aws
     from guardrails.daemon import Daemon
 
     del event  # the schedule's payload carries nothing the cycle needs

@@ -30,7 +30,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from guardrails.store import StateStore
+    from guardrails.stores.base import StateStore
 
 KEY_PREFIX = "burst-commitments:"
 # Compare-and-swap attempts before giving up (each loser re-reads; a loss means another

@@ -19,10 +19,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
-from guardrails.budget_relay import BudgetNotice
-from guardrails.idle import Decision
-from guardrails.model import Node
-from guardrails.slack import (
+from guardrails.adapters.slack import (
     BLOCKS_MAX,
     ELLIPSIS,
     FALLBACK_TEXT_MAX,
@@ -30,8 +27,11 @@ from guardrails.slack import (
     Alert,
     clip,
 )
+from guardrails.budget_relay import BudgetNotice
+from guardrails.idle import Decision
+from guardrails.model import Node
 from guardrails.spend import gpu_h_text
-from guardrails.state import iso
+from guardrails.stores.sqlite import iso
 
 VERBS = {
     "stop": "stopped",
@@ -401,7 +401,9 @@ def spend_threshold(
     if now is not None:
         lines.append(f"Forecast: {breach_text(kind, breach_at, burn, now)}.")
     if unpriced:
-        lines.append(unpriced_text(unpriced) + " (add their prices to common/data/catalog.yaml).")
+        lines.append(
+            unpriced_text(unpriced) + " (add their prices to coreburst/common/data/catalog.yaml)."
+        )
     if core:
         lines.append("Also " + core_spend_text(core) + ".")
     lines.append("Enforcement " + ("is ON for this scope." if enforce else "is off (alert only)."))
@@ -462,7 +464,7 @@ def spend_unpriced(scope: str, day: date, unpriced: Mapping[str, int]) -> Alert:
         [
             unpriced_text(unpriced) + ".",
             "Spend totals, limits and forecasts for this scope are low by their cost until "
-            "their prices are in common/data/catalog.yaml.",
+            "their prices are in coreburst/common/data/catalog.yaml.",
         ],
     )
 

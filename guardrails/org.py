@@ -20,8 +20,8 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
 if TYPE_CHECKING:
-    from common.catalog import Catalog
-    from guardrails.aws import Aws
+    from coreburst.common.catalog import Catalog
+    from guardrails.adapters.aws import Aws
     from guardrails.config import GuardrailsConfig
 
 T = TypeVar("T")
@@ -139,8 +139,8 @@ def scan_region(
 
     ``clients`` is built on the account's session (``assume_role_session``).
     """
-    from common.catalog import CatalogError
-    from guardrails.aws import inventory
+    from coreburst.common.catalog import CatalogError
+    from guardrails.adapters.aws import inventory
     from guardrails.rules.idle_reclaim import utilization
 
     nodes = inventory(clients.client("ec2", region), region, cfg.watched_types(), catalog)

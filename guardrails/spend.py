@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from common import pricing
+from coreburst.common import pricing
 
 
 def month_start(now: datetime) -> datetime:
@@ -143,7 +143,8 @@ def crossed(spent_usd: float, limit_usd: float, thresholds_percent: list[float])
 def lustre_usd_per_hour(
     capacity_gib: float, usd_per_gb_month: float, hours_per_month: float
 ) -> float:
-    """The run rate of a Lustre file system: :func:`common.pricing.lustre_usd_per_hour`, the
+    """The run rate of a Lustre file system: :func:`coreburst.common.pricing.lustre_usd_per_hour`,
+    the
     same arithmetic `coreburst plan` and the budget policy use."""
     return pricing.lustre_usd_per_hour(capacity_gib, usd_per_gb_month, hours_per_month)
 

@@ -34,8 +34,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from common.catalog import Catalog, load_catalog
-from common.errors import one_line
+from coreburst.common.catalog import Catalog, load_catalog
+from coreburst.common.errors import one_line
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
@@ -499,7 +499,8 @@ class BurstNode(_Model):
 
 
 class BurstSection(_Model):
-    """``coreburst:burst``. burst/config.py validates the controller side (``coreburst burst
+    """``coreburst:burst``. coreburst/burst/config.py validates the controller side (``coreburst
+    burst
     slurm-conf``); the Pulumi program reads only what a burst node needs to join."""
 
     model_config = ConfigDict(
@@ -537,7 +538,8 @@ class StackConfig(_Model):
     budget: Budget
     checkpoints: CheckpointStore = CheckpointStore()
     guardrails: GuardrailsDeploy = GuardrailsDeploy()
-    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes (burst/config.py) and
+    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes (coreburst/burst/config.py)
+    # and
     # how a burst node joins it (`node`: user data, its secret, parameter and IAM grants).
     burst: BurstSection | None = None
 

@@ -1,21 +1,21 @@
 """Deploy-time cost estimate of a stack from its config: the config adapter of
-:mod:`common.pricing` (pure).
+:mod:`coreburst.common.pricing` (pure).
 
 Each line is named after the resource the program declares for it (``<cluster>-asg``,
 ``lustre-fs``, ``net-nat-<az>``...), so these lines and the ones :mod:`policies.pricing` reads
 off the resources line up one to one; ``tests/unit/test_pricing_agreement.py`` checks that
 they agree to the cent.
 
->>> from common.catalog import load_catalog
+>>> from coreburst.common.catalog import load_catalog
 >>> lines = estimate_stack(cfg, load_catalog())          # doctest: +SKIP
 >>> round(sum(l.monthly_usd for l in lines))               # doctest: +SKIP
 """
 
 from __future__ import annotations
 
-from common import pricing
-from common.catalog import Catalog
-from common.pricing import CostLine, totals
+from coreburst.common import pricing
+from coreburst.common.catalog import Catalog
+from coreburst.common.pricing import CostLine, totals
 from infra.config import StackConfig
 
 # Interface endpoints the network creates when asked: SSM (3), CloudWatch metrics and logs.
@@ -40,7 +40,8 @@ def estimate_stack(
     for c in cfg.clusters:
         asg = f"{c.name}-asg"
         # The ASG's desired capacity is `nodes` (GpuCluster): what runs and is billed. On a
-        # burst stack it is 0 (Slurm starts the nodes; burst/cost.py prices them per hour).
+        # burst stack it is 0 (Slurm starts the nodes; coreburst/burst/cost.py prices them per
+        # hour).
         nodes = 0 if cfg.burst is not None else c.nodes
         lines.append(
             pricing.instance_hours(

@@ -18,7 +18,7 @@ from typing import Any
 
 READ_VERBS = ("Describe", "Get", "List", "Lookup", "BatchGet", "Search")
 
-# What guardrails.state_dynamo does to its table. BatchWriteItem is the snapshot prune;
+# What guardrails.stores.dynamodb does to its table. BatchWriteItem is the snapshot prune;
 # BatchGetItem reads the pending outbox rows through their refs. The outbox's
 # TransactWriteItems needs no action of its own: each Put, Update or Delete in it is authorized
 # as dynamodb:PutItem, UpdateItem or DeleteItem ("Using IAM with DynamoDB transactions", https://docs.aws.amazon.com/

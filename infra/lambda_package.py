@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from common.textio import read_text
+from coreburst.common.textio import read_text
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DEST = REPO_ROOT / "build" / "lambda"
@@ -170,6 +170,34 @@ def pip_install(root: Path, target: Path) -> None:
             ],
             "pip install",
         )
+    prune(target)
+
+
+# What the Lambda runs: guardrails/ and, of the import root, its __init__ and common/. The
+# wheel also carries the Pulumi program, the policy pack and the other products: not shipped.
+NOT_IN_LAMBDA = (
+    "infra",
+    "policies",
+    "coreburst/burst",
+    "coreburst/onprem",
+    "coreburst/tco",
+    "coreburst/sandbox",
+    "coreburst/cli.py",
+    "coreburst/core.py",
+    "coreburst/plan.py",
+    "coreburst/__main__.py",
+    "bin",
+)
+
+
+def prune(target: Path) -> None:
+    """Remove from an installed ``target`` what the Lambda never imports."""
+    for rel in NOT_IN_LAMBDA:
+        p = target / rel
+        if p.is_dir():
+            shutil.rmtree(p)
+        elif p.exists():
+            p.unlink()
 
 
 def _stamp(dest: Path) -> Path:

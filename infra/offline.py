@@ -18,8 +18,8 @@ from typing import Any
 import pulumi
 import yaml
 
-from common.catalog import load_catalog
-from common.textio import read_text
+from coreburst.common.catalog import load_catalog
+from coreburst.common.textio import read_text
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.program import build, read_stack_config
 
@@ -90,21 +90,28 @@ class _Mocks(pulumi.runtime.Mocks):
         return {}, []
 
 
-def stack_file(stack: str, root: Path = REPO_ROOT) -> Path:
-    return root / f"Pulumi.{stack}.yaml"
+def stack_file(stack: str, root: Path | None = None) -> Path:
+    """``Pulumi.<stack>.yaml`` in ``root``: the directory the user names (``--stack-dir``),
+    else the current directory, as ``pulumi`` itself finds a project's stacks."""
+    return (root or Path.cwd()) / f"Pulumi.{stack}.yaml"
 
 
-def load_stack_yaml(stack: str, root: Path = REPO_ROOT) -> dict[str, Any]:
+def load_stack_yaml(stack: str, root: Path | None = None) -> dict[str, Any]:
     """The ``config:`` map of ``Pulumi.<stack>.yaml``; raises StackConfigError on a bad file."""
     path = stack_file(stack, root)
     if not path.is_file():
-        known = sorted(p.name.split(".")[1] for p in root.glob("Pulumi.*.yaml"))
+        known = sorted(p.name.split(".")[1] for p in path.parent.glob("Pulumi.*.yaml"))
         listed = ", ".join(known) or "none"
-        raise StackConfigError(f"no stack {stack!r}: {path.name} not found (known: {listed})")
+        raise StackConfigError(
+            f"no stack {stack!r}: {path.name} not found in {path.parent} (known: {listed}); "
+            "run from the directory holding your stack files or pass --stack-dir"
+        )
     try:
         doc = yaml.safe_load(read_text(path, "stack file", StackConfigError)) or {}
     except yaml.YAMLError as exc:
-        raise StackConfigError(f"{path.name}: not valid YAML ({exc})") from None
+        # One line: PyYAML's message spans several (the mark and a caret under the column).
+        why = " ".join(str(exc).split())
+        raise StackConfigError(f"{path.name}: not valid YAML ({why})") from None
     config = doc.get("config", {}) if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise StackConfigError(f"{path.name}: 'config' must be a mapping of key: value")
@@ -137,5 +144,5 @@ def evaluate_config(stack: str, config: dict[str, Any]) -> Evaluation:
     return Evaluation(stack, cfg, mocks.resources, captured)
 
 
-def evaluate_stack(stack: str, root: Path = REPO_ROOT) -> Evaluation:
+def evaluate_stack(stack: str, root: Path | None = None) -> Evaluation:
     return evaluate_config(stack, load_stack_yaml(stack, root))

@@ -13,7 +13,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
 from infra.components.budget import Budget, BudgetArgs
 from infra.components.checkpoint_store import CheckpointStore
 from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs, declare_slurm_join

@@ -1,7 +1,8 @@
 """Node bootstrap script (pure): start accelerator telemetry, mount Lustre and, on a burst
 stack, join the on-prem Slurm controller.
 
-The idle-GPU guardrail reads exactly the series configured here (see ``common.telemetry``); a
+The idle-GPU guardrail reads exactly the series configured here (see
+``coreburst.common.telemetry``); a
 node that boots without them shows up as *blind*, never as idle.
 """
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
-from common.telemetry import (
+from coreburst.common.telemetry import (
     PUBLISH_INTERVAL_S,
     PUBLISHER_HEARTBEATS,
     UTILIZATION_METRICS,
@@ -20,19 +21,21 @@ from common.telemetry import (
     cloudwatch_agent_config,
 )
 
-# The Neuron publisher: common/neuron_report.py, copied onto the node verbatim (stdlib only), so
+# The Neuron publisher: coreburst/common/neuron_report.py, copied onto the node verbatim (stdlib
+# only), so
 # the code the node runs is the code tests/unit/guardrails/test_neuron_publisher.py tests.
 NEURON_PUBLISHER_PATH = "/usr/local/bin/coreburst-neuron-publisher.py"
 NEURON_PUBLISHER_SERVICE = "coreburst-neuron-publisher.service"
 
 
 def neuron_publisher_source() -> str:
-    """The publisher's source, read from the installed ``common`` package."""
-    return resources.files("common").joinpath("neuron_report.py").read_text(encoding="utf-8")
+    """The publisher's source, read from the installed ``coreburst.common`` package."""
+    pkg = resources.files("coreburst.common")
+    return pkg.joinpath("neuron_report.py").read_text(encoding="utf-8")
 
 
 def neuron_publisher_command(lnc: int | None = None) -> str:
-    """The publisher's command line, with the names from ``common.telemetry``."""
+    """The publisher's command line, with the names from ``coreburst.common.telemetry``."""
     m, hb = UTILIZATION_METRICS["neuron"], PUBLISHER_HEARTBEATS["neuron"]
     args = [
         "/usr/bin/python3",
@@ -98,7 +101,8 @@ def render_user_data(
     type is an EFA client, so LNet gets its EFA interfaces before the mount. ``slurm_join``:
     a burst stack's node joins the on-prem Slurm controller last (after Lustre is mounted).
     ``neuron_lnc``: the logical NeuronCore size the Neuron publisher counts cores at (None: the
-    node's NEURON_LOGICAL_NC_CONFIG, else the runtime default; see common/neuron_report.py).
+    node's NEURON_LOGICAL_NC_CONFIG, else the runtime default; see
+    coreburst/common/neuron_report.py).
 
     >>> "setup.sh" in render_user_data("nvidia", "fs.example", "abcd", lustre_efa=True)
     True
@@ -118,7 +122,9 @@ def render_user_data(
     else:
         src = neuron_publisher_source().rstrip()
         if any(line.strip() == "PY" for line in src.splitlines()):
-            raise ValueError("common/neuron_report.py holds a line 'PY' (the heredoc's end)")
+            raise ValueError(
+                "coreburst/common/neuron_report.py holds a line 'PY' (the heredoc's end)"
+            )
         lines += [
             "# Every logical NeuronCore's utilization (0 % when no Neuron application holds it)",
             "# and a heartbeat, each neuron-monitor period, for the idle guardrail.",

@@ -19,7 +19,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
 from policies.common import (
     ASG,
     AWS_PROVIDER,

@@ -1,4 +1,5 @@
-"""Price resources from their properties: the resource adapter of :mod:`common.pricing` (pure).
+"""Price resources from their properties: the resource adapter of :mod:`coreburst.common.pricing`
+(pure).
 
 Driven by what the engine will create (launch templates + ASG desired capacity + market, FSx
 capacity and throughput, Direct Connect port speed, NAT gateways and their Elastic IPs,
@@ -18,9 +19,9 @@ from typing import Any
 from pulumi_policy import PolicyResource
 from pulumi_policy.proxy import UnknownValueError
 
-from common import pricing
-from common.catalog import Catalog, CatalogError
-from common.pricing import CostLine, UnpricedError
+from coreburst.common import pricing
+from coreburst.common.catalog import Catalog, CatalogError
+from coreburst.common.pricing import CostLine, UnpricedError
 from policies.common import (
     ASG,
     AWS_PROVIDER,
@@ -143,7 +144,8 @@ def price_resources(
 ) -> list[CostLine]:
     """One line per cost-bearing resource, for a month of ``catalog.hours_per_month`` hours.
 
-    Raises :class:`CatalogError` (:class:`common.pricing.UnpricedError`) naming the resource
+    Raises :class:`CatalogError` (:class:`coreburst.common.pricing.UnpricedError`) naming the
+    resource
     when one cannot be priced: a missing figure is never counted as zero.
     """
     region = stack_region(resources)

@@ -20,8 +20,8 @@ from typing import Annotated, Any, Protocol
 from pulumi_policy import PolicyProviderResource, PolicyResource
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, field_validator
 
-from common.errors import field_path, first_problem
-from common.textio import read_text
+from coreburst.common.errors import field_path, first_problem
+from coreburst.common.textio import read_text
 from policies.runner import default_options
 
 DELETE_OPS = frozenset({"delete", "delete-replaced", "discard", "discard-replaced"})

@@ -11,7 +11,7 @@ from pulumi_policy import (
     StackValidationPolicy,
 )
 
-from common.catalog import CatalogError, load_catalog
+from coreburst.common.catalog import CatalogError, load_catalog
 from policies.common import (
     ASG,
     INSTANCE,

@@ -2,7 +2,7 @@
 
 Each filter takes a registered ``ansible.builtin.command`` result (stdout, stderr, rc, msg)
 and returns a list of plain dicts: check, node, device, status, measured, expected, message.
-The parsing lives in ``onprem.parsers`` so the CLI and unit tests share it.
+The parsing lives in ``coreburst.onprem.parsers`` so the CLI and unit tests share it.
 
 Example::
 
@@ -17,7 +17,7 @@ from typing import Any
 from ansible.errors import AnsibleFilterError
 
 try:
-    from onprem import parsers as _p
+    from coreburst.onprem import parsers as _p
 except ImportError as exc:  # pragma: no cover - depends on how ansible was started
     _p = None
     _IMPORT_ERROR: ImportError | None = exc

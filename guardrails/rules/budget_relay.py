@@ -18,7 +18,7 @@ from datetime import timedelta
 from guardrails import messages
 from guardrails.budget_relay import receive
 from guardrails.config import BudgetRelayConfig
-from guardrails.rules import Rule, RuleContext
+from guardrails.rules.base import Rule, RuleContext
 
 
 def live_burn(ctx: RuleContext) -> tuple[float, list[tuple[str, float]]]:

@@ -1,5 +1,5 @@
 """Rule ``burst-reconcile``: keep EC2 and the on-prem Slurm's cloud nodes in step, for the
-burst resume/suspend programs (burst/power.py), every cycle, through the actuator's gate.
+burst resume/suspend programs (coreburst/burst/power.py), every cycle, through the actuator's gate.
 
 * **Orphans**: an instance of the stack (tag ``coreburst-stack``) tagged with a Slurm node
   (``coreburst-slurm-node``) that Slurm does not know, or knows as powered down / powering
@@ -19,7 +19,8 @@ burst resume/suspend programs (burst/power.py), every cycle, through the actuato
   scope has left (guardrails.yaml ``spend.scopes``, the state's latest snapshot) is deleted
   (cheapest first), so Slurm resumes the nodes and the gate checks again. With
   ``burst_audit_log``, Slack says which jobs each hold keeps waiting and why.
-* **Idle reclaim** of an instance tagged with a Slurm node (:func:`reclaim_slurm_node`, called
+* **Idle reclaim** of an instance tagged with a Slurm node
+(:func:`guardrails.rules.base.reclaim_slurm_node`, called
   by the idle-reclaim rule): never stopped or terminated through EC2; Slurm is asked to drain
   the node and power it down once its jobs end (``State=POWER_DOWN_ASAP``: no new job lands
   on it), and its SuspendProgram ends the instance.
@@ -34,7 +35,7 @@ burst resume/suspend programs (burst/power.py), every cycle, through the actuato
 * **Heartbeat**: after each completed pass, ``heartbeat_file`` is replaced atomically with the
   time; the resume program refuses to launch when it is stale.
 
-Decisions are :func:`plan` (pure); the Slurm adapter is ``guardrails.slurm``.
+Decisions are :func:`plan` (pure); the Slurm adapter is ``guardrails.adapters.slurm``.
 
     >>> # run(ctx)   # ctx: guardrails.rules.RuleContext
 """
@@ -51,24 +52,21 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from common.textio import TextFileError, read_text
+from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
-from guardrails.config import BurstReconcileConfig
-from guardrails.idle import Decision
-from guardrails.ledger import SpendLedger
-from guardrails.model import Node
-from guardrails.rules import Rule, RuleContext
-from guardrails.slurm import (
+from guardrails.adapters.slurm import (
     Scontrol,
     SlurmError,
     SlurmNode,
     delete_reservation,
     parse_spend_holds,
-    power_down_when_idle,
     releasable,
     spend_left,
 )
-from guardrails.state import iso
+from guardrails.config import BurstReconcileConfig
+from guardrails.ledger import SpendLedger
+from guardrails.rules.base import Rule, RuleContext
+from guardrails.stores.sqlite import iso
 
 # Instances that may still cost money or hold a node name; pending/running count as live.
 HELD_STATES = ("pending", "running", "stopping", "stopped")
@@ -81,14 +79,16 @@ PROTECT_PREFIX = "coreburst-protect-"
 # before it no longer count (the backoff and protected mode stay lifted until a new failure).
 OPERATOR_RELEASED = "operator.released"
 # Reasons Slurm or the resume program leave on a CLOUD node whose resume failed (slurmctld
-# "ResumeTimeout reached"; burst/power.py FAIL_REASON "(Code:...)Failure when resuming nodes"
+# "ResumeTimeout reached"; coreburst/burst/power.py FAIL_REASON "(Code:...)Failure when resuming
+# nodes"
 # and the stale-heartbeat refusal): such a node, left down~, is returned to the pool. Any
 # other reason (an operator's drain or down) is left alone.
 FAILED_RESUME_REASONS = re.compile(
     r"^(ResumeTimeout reached|\(Code:[^)]*\)Failure when resuming nodes"
     r"|Failure when resuming nodes|coreburst: reconciler heartbeat stale)"
 )
-# Burst node names are <cluster>-<n> (burst/slurmconf.py node_names); in a hostlist <cluster>-[..].
+# Burst node names are <cluster>-<n> (coreburst/burst/slurmconf.py node_names); in a hostlist
+# <cluster>-[..].
 _POOL = re.compile(r"^(.+?)-(?:\d+$|\[)")
 
 
@@ -113,7 +113,7 @@ def pools_of(hostlist: str) -> set[str]:
 
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """The events of the resume program's JSON-lines audit log (burst/power.py Audit:
+    """The events of the resume program's JSON-lines audit log (coreburst/burst/power.py Audit:
     ``{"ts": epoch seconds, "event": ..., ...}``); none while it does not exist yet, and
     unreadable lines are skipped. Raises TextFileError (one line) for a file that is not
     UTF-8 text. Read whole each cycle: rotate it (logrotate ``copytruncate``)."""
@@ -465,48 +465,6 @@ def _alert_spend_holds(ctx: RuleContext, events: list[dict[str, Any]], text: str
             ),
             timedelta(0),
         )
-
-
-def reclaim_slurm_node(ctx: RuleContext, n: Node, d: Decision) -> bool:
-    """For the idle-reclaim rule, before it acts: True when ``n`` is a burst node (its
-    instance carries the Slurm node tag the resume program sets), which idle reclaim must not
-    stop or terminate through EC2 (a slurmd runs there). Instead Slurm is asked to power the
-    node down once no job holds it (``State=POWER_DOWN_ASAP``: the node is drained so no new
-    job lands on it, a running job is never killed; the SuspendProgram then ends the
-    instance), through the actuator's gate. Without the burst-reconcile rule (no scontrol
-    here) the node is left to Slurm's SuspendTime."""
-    p = ctx.cfg.burst_reconcile
-    node = n.tags.get(p.node_tag_key)
-    if not node:
-        return False
-    act = ctx.actuator
-    if not p.enabled:
-        act.audit(
-            "reclaim.left-to-slurm",
-            instance_id=n.instance_id,
-            node=node,
-            why="a Slurm burst node; burst-reconcile is off, so Slurm's SuspendTime powers it down",
-        )
-        return True
-    slurm = Scontrol(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
-    key = f"reclaim-slurm:{n.instance_id}:{iso(d.marked_at) if d.marked_at else ''}"
-    try:
-        done = act.execute(
-            key,
-            node,
-            "slurm",
-            "power-down-when-idle",
-            reason=f"{d.reason}; instance {n.instance_id} runs slurmd for {node}",
-            call=lambda: power_down_when_idle(slurm, [node]),
-        )
-    except SlurmError as exc:
-        ctx.state.drop_intent(key)
-        act.audit("action.failed", key=key, instance_id=node, error=str(exc))
-        ctx.report.errors.append(f"idle-reclaim: {exc}")
-        return True
-    if done:
-        ctx.state.remove_mark(n.instance_id)
-    return True
 
 
 def run(ctx: RuleContext) -> None:

@@ -1,10 +1,11 @@
 """Rule ``core-idle``: Slurm jobs on the on-prem core that hold GPUs and do not use them.
 
 Each cycle it reads the running jobs and the GPUs each holds (``squeue --json``, see
-``guardrails.slurm.parse_jobs``) and every held GPU's DCGM activity from Prometheus
-(``guardrails.dcgm``: ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, else ``DCGM_FI_DEV_GPU_UTIL``, by host
+``guardrails.adapters.slurm.parse_jobs``) and every held GPU's DCGM activity from Prometheus
+(``guardrails.adapters.dcgm``: ``DCGM_FI_PROF_GR_ENGINE_ACTIVE``, else ``DCGM_FI_DEV_GPU_UTIL``, by
+host
 and GPU index; the exporter's host is matched to the Slurm node by name, short name or
-``host_map``, see ``guardrails.dcgm.match_hosts``). Per job:
+``host_map``, see ``guardrails.adapters.dcgm.match_hosts``). Per job:
 
 * **efficiency** over its run so far (mean activity of its GPUs since it started) and the
   allocated and measured GPU-hours, recorded in the state store (``record_core_usage``) for
@@ -43,12 +44,12 @@ from datetime import date, datetime, timedelta
 from typing import Any, Literal
 
 from guardrails import messages
+from guardrails.adapters.dcgm import Activity, GpuKey, Prometheus, PrometheusError, node_activity
+from guardrails.adapters.slurm import SlurmError, SlurmJob, SlurmJobs
 from guardrails.config import CoreIdleConfig, CoreIdleThresholds, format_duration
-from guardrails.dcgm import Activity, GpuKey, Prometheus, PrometheusError, node_activity
 from guardrails.model import Series
-from guardrails.rules import Rule, RuleContext
-from guardrails.slurm import SlurmError, SlurmJob, SlurmJobs
-from guardrails.state import iso, parse_iso
+from guardrails.rules.base import Rule, RuleContext
+from guardrails.stores.sqlite import iso, parse_iso
 
 JobKind = Literal["batch", "interactive", "short"]
 JobState = Literal["idle", "some-idle", "busy", "young", "blind", "exempt"]
@@ -142,7 +143,7 @@ def assess(
 
     >>> from datetime import UTC
     >>> from guardrails.config import CoreIdleConfig
-    >>> from guardrails.slurm import SlurmJob
+    >>> from guardrails.adapters.slurm import SlurmJob
     >>> now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     >>> job = SlurmJob("7", "ann", "ml", "core", now - timedelta(hours=3), None,
     ...                {"n1": (0,)}, False)

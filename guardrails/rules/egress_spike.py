@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from guardrails import aws, messages
+from guardrails import messages
+from guardrails.adapters import aws
 from guardrails.config import EgressConfig, format_duration
 from guardrails.egress import EgressRead, project_egress, read_span, spike, window_reads
-from guardrails.rules import Rule, RuleContext
-from guardrails.rules.spend_limit import cost_explorer_cached
+from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached
 from guardrails.spend import day_start, month_start
-from guardrails.state import iso, parse_iso
+from guardrails.stores.sqlite import iso, parse_iso
 
 # kv key: {"read_at", "reads": [EgressRead rows], "last": the last read's report}
 READS_KEY = "egress-spike:reads"

@@ -17,36 +17,22 @@ from typing import Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from common.catalog import Catalog, CatalogError, load_catalog
-from common.telemetry import NEURON_LNC_TAG
-from guardrails import aws, messages
+from coreburst.common.catalog import Catalog, CatalogError, load_catalog
+from coreburst.common.telemetry import NEURON_LNC_TAG
+from guardrails import messages
+from guardrails.adapters import aws
 from guardrails.config import GuardrailsConfig, IdleConfig
 from guardrails.idle import (
     Decision,
     DeviceStat,
-    IdleParams,
     Utilization,
     assess_rollup,
     assess_utilization,
     decide,
 )
 from guardrails.model import DeviceSeries, Node
-from guardrails.rules import Rule, RuleContext
-from guardrails.state import iso, parse_iso
-
-
-def idle_params(cfg: GuardrailsConfig) -> IdleParams:
-    p = cfg.reclaim.protected
-    return IdleParams(
-        threshold_percent=cfg.idle.threshold_percent,
-        window=cfg.idle.window,
-        max_gap=cfg.idle.max_gap,
-        grace=cfg.reclaim.grace,
-        max_exemption=cfg.reclaim.max_exemption,
-        exempt_tag=cfg.reclaim.exempt_tag,
-        protected_asgs=frozenset(p.asg_names),
-        protected_tags=tuple((s.key, frozenset(s.values)) for s in p.tag_selectors),
-    )
+from guardrails.rules.base import Rule, RuleContext, idle_params, reclaim_slurm_node
+from guardrails.stores.sqlite import iso, parse_iso
 
 
 def expected_series(node: Node, cfg: GuardrailsConfig, catalog: Catalog | None = None) -> int | str:
@@ -356,8 +342,6 @@ def _apply(ctx: RuleContext, n: Node, d: Decision, digests: dict[str, _Digest]) 
         act.audit("unmark", instance_id=n.instance_id, reason=d.reason)
         digest[2].append((n, d))
     elif d.step == "act":
-        from guardrails.rules.burst_reconcile import reclaim_slurm_node
-
         if reclaim_slurm_node(ctx, n, d):  # a slurmd runs there: Slurm powers it down
             return
         key = f"reclaim:{n.instance_id}:{iso(d.marked_at) if d.marked_at else ''}"

@@ -14,10 +14,10 @@ from botocore.exceptions import (
     NoCredentialsError,
 )
 
-from guardrails import aws
+from guardrails.adapters import aws
 from guardrails.config import GuardrailsConfig
 from guardrails.model import Node
-from guardrails.rules import Rule, RuleContext
+from guardrails.rules.base import Rule, RuleContext
 
 
 def observe(ctx: RuleContext) -> list[Node]:

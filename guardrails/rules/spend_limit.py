@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import functools
 from collections import Counter
-from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from common.catalog import CatalogError
-from guardrails import aws, messages
+from coreburst.common.catalog import CatalogError
+from guardrails import messages
+from guardrails.adapters import aws
 from guardrails.config import SpendConfig
 from guardrails.idle import exemption_status, protection_status
-from guardrails.rules import Rule, RuleContext
-from guardrails.rules.idle_reclaim import idle_params
+from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached, idle_params
 from guardrails.spend import (
     accrue_since_launch,
     breach_time,
@@ -33,27 +32,11 @@ from guardrails.spend import (
     month_start,
     project,
 )
-from guardrails.state import iso, parse_iso
+from guardrails.stores.sqlite import iso, parse_iso
 
 
 def _in_scope(tags: dict[str, str], key: str | None, value: str | None) -> bool:
     return key is None or tags.get(key) == value
-
-
-def cost_explorer_cached(ctx: RuleContext, cache_key: str, fetch: Callable[[], float]) -> float:
-    """A Cost Explorer figure, fetched at most every ``spend.cost_explorer_refresh`` (each
-    request costs money); the last value stands in when a fetch fails."""
-    now = ctx.clock.now()
-    cached = ctx.state.get(cache_key)
-    if cached and now - parse_iso(cached["at"]) < ctx.cfg.spend.cost_explorer_refresh:
-        return float(cached["value"])
-    try:
-        v = fetch()
-    except (ClientError, BotoCoreError) as exc:
-        ctx.report.errors.append(f"cost explorer: {type(exc).__name__}")
-        return float(cached["value"]) if cached else 0.0
-    ctx.state.put(cache_key, {"at": iso(now), "value": v})
-    return v
 
 
 def run(ctx: RuleContext) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
-from common.catalog import Catalog
+from coreburst.common.catalog import Catalog
 from infra.components import TOKEN_PREFIX
 from infra.config import BurstNode, Cluster
 from infra.efa import efa_layout

@@ -16,7 +16,7 @@ from typing import Any
 import pulumi
 import pulumi_aws as aws
 
-from guardrails.state_dynamo import TTL_ATTRIBUTE
+from guardrails.stores.dynamodb import TTL_ATTRIBUTE
 from infra.components import TOKEN_PREFIX
 from infra.guardrails_iam import STATE_TABLE_ACTIONS, policy_document
 

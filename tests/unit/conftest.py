@@ -17,11 +17,24 @@ import pytest
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
-from guardrails.state import State
-from guardrails.state_dynamo import DynamoState, create_table
-from guardrails.store import StateStore
+from guardrails.stores.base import StateStore
+from guardrails.stores.dynamodb import DynamoState, create_table
+from guardrails.stores.sqlite import State
 
 StoreOpener = Callable[[str], StateStore]
+
+
+def atomic_moto_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One lock per emulated request (see ``open_store``), for any test that races threads on
+    moto's in-process DynamoDB."""
+    request_lock = threading.Lock()
+    unlocked = BotocoreStubber.process_request
+
+    def atomic(self: BotocoreStubber, req: Any) -> Any:
+        with request_lock:
+            return unlocked(self, req)
+
+    monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])
@@ -42,14 +55,7 @@ def open_store(
     # backend checks and then writes without a lock, so two threads can both pass the same
     # condition (seen: one outbox row sent twice). One lock per emulated request restores that
     # atomicity; requests from two threads still interleave between calls.
-    request_lock = threading.Lock()
-    unlocked = BotocoreStubber.process_request
-
-    def atomic(self: BotocoreStubber, req: Any) -> Any:
-        with request_lock:
-            return unlocked(self, req)
-
-    monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
+    atomic_moto_requests(monkeypatch)
     with mock_aws():
         ddb: Any = boto3.resource("dynamodb", region_name="us-east-1")
         tables: dict[str, Any] = {}

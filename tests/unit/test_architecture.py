@@ -25,15 +25,19 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = [
-    "coreburst",
-    "sandbox",
-    "burst",
+    "coreburst.__main__",
+    "coreburst.cli",
+    "coreburst.core | coreburst.plan",
+    "coreburst.sandbox",
+    "coreburst.burst",
     "infra",
-    "guardrails | policies | onprem | tco",
-    "common",
+    "guardrails | policies | coreburst.onprem | coreburst.tco",
+    "coreburst.common",
 ]
 # Top-level directories that hold no product code: tests, scripts, benchmarks.
 NOT_PRODUCT = {"tests", "tools", "benchmarks"}
+# The design card's top level: one import root (coreburst) and the three packages it keeps.
+TOP_LEVEL_PACKAGES = {"coreburst", "infra", "policies", "guardrails"}
 
 
 def _config() -> dict[str, Any]:
@@ -60,7 +64,7 @@ def test_the_layer_contract_holds() -> None:
     result = _lint(ROOT)
     report = result.stdout + result.stderr
     assert result.returncode == 0, report[report.find("Broken contracts") :] or report
-    assert re.search(r"Contracts: 3 kept, 0 broken", report), report
+    assert re.search(r"Contracts: 4 kept, 0 broken", report), report
 
 
 def test_the_contract_lists_no_exceptions() -> None:
@@ -82,22 +86,43 @@ def test_every_top_level_package_is_under_the_contract() -> None:
     assert packages - set(_config()["root_packages"]) == set(), (
         "add these packages to [tool.importlinter] root_packages and to a layer"
     )
+    # Issue 24: one import root. Anything else goes under coreburst/.
+    assert packages == TOP_LEVEL_PACKAGES
 
 
 def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
-    """The same contract over a made-up tree with three wrong imports: each is reported."""
-    for name in _config()["root_packages"]:
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "__init__.py").write_text("")
-    (tmp_path / "common" / "up.py").write_text("import infra\n")  # bottom imports a product
-    (tmp_path / "guardrails" / "side.py").write_text("import policies\n")  # sibling
-    (tmp_path / "tco" / "demo.py").write_text("import sandbox\n")  # a product uses the sandbox
+    """The same contract over a made-up tree with four wrong imports: each is reported."""
+    mods = [
+        "coreburst/__main__.py", "coreburst/cli.py", "coreburst/core.py", "coreburst/plan.py",
+        "coreburst/sandbox/__init__.py", "coreburst/burst/__init__.py", "infra/__init__.py",
+        "guardrails/__init__.py", "policies/__init__.py", "coreburst/onprem/__init__.py",
+        "coreburst/tco/__init__.py", "coreburst/common/__init__.py", "coreburst/__init__.py",
+        "guardrails/rules/__init__.py", "guardrails/rules/base.py",
+    ]  # fmt: skip
+    for rule in ("budget_relay", "burst_reconcile", "core_idle", "egress_spike"):
+        mods.append(f"guardrails/rules/{rule}.py")
+    for rule in ("idle_reclaim", "inventory", "spend_limit"):
+        mods.append(f"guardrails/rules/{rule}.py")
+    for m in mods:
+        (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / m).touch()
+    (tmp_path / "coreburst/common/up.py").write_text("import infra\n")  # bottom imports a product
+    (tmp_path / "guardrails/side.py").write_text("import policies\n")  # sibling
+    (tmp_path / "coreburst/tco/demo.py").write_text("import coreburst.sandbox\n")  # the sandbox
+    (tmp_path / "guardrails/rules/core_idle.py").write_text(  # a rule imports a rule
+        "import guardrails.rules.inventory\n"
+    )
     (tmp_path / "pyproject.toml").write_text((ROOT / "pyproject.toml").read_text())
     result = _lint(tmp_path)
     report = result.stdout + result.stderr
     assert result.returncode == 1, report
-    assert "Contracts: 0 kept, 3 broken" in report, report
-    for line in ("common.up -> infra", "guardrails.side -> policies", "tco.demo -> sandbox"):
+    assert "Contracts: 0 kept, 4 broken" in report, report
+    for line in (
+        "coreburst.common.up -> infra",
+        "guardrails.side -> policies",
+        "coreburst.tco.demo -> coreburst.sandbox",
+        "guardrails.rules.core_idle -> guardrails.rules.inventory",
+    ):
         assert line in report, report
 
 

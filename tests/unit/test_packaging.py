@@ -27,16 +27,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CONTAINERFILE = ROOT / "guardrails" / "deploy" / "Containerfile"
 FIRST_PARTY = {p.name for p in ROOT.iterdir() if (p / "__init__.py").is_file()}
 # Distributions that are not the daemon's runtime: the other products' and the test tools'.
-NOT_DAEMON = re.compile(r"^(pulumi.*|ansible.*|matplotlib|moto|pytest.*|coreburst-sandbox)$")
-# Which extra declares the imports of each package (the base always counts).
+NOT_DAEMON = re.compile(r"^(pulumi.*|ansible.*|matplotlib|moto|pytest.*)$")
+# Which extra declares the imports of each package (the base always counts); "coreburst" is
+# the root's own modules (the command), its subpackages are listed each with their product.
 EXTRA_OF = {
     "coreburst": None,
-    "common": None,
+    "coreburst/common": None,
+    "coreburst/burst": "guardrails",  # the power programs: boto3, and the daemon's state
+    "coreburst/onprem": "onprem",
+    "coreburst/tco": "tco",
+    "coreburst/sandbox": "dev",
     "guardrails": "guardrails",
     "infra": "infra",
     "policies": "infra",
-    "onprem": "onprem",
-    "tco": "tco",
 }
 # Modules a declared distribution ships under another distribution's name, at a version it pins.
 SHIPPED_WITH = {"pydantic-core": "pydantic"}
@@ -110,12 +113,14 @@ def test_the_container_installs_exactly_the_guardrails_extra() -> None:
     targets = [a for a in installs[0][installs[0].index("install") + 1 :] if not a.startswith("-")]
     assert targets == [".[guardrails]"]
     copied = {
-        Path(ln.split()[1]).name
+        Path(src).name
         for ln in lines
         if ln.startswith("COPY ") and not ln.startswith("COPY --from")
+        for src in ln.split()[1:-1]
     }
-    assert copied.isdisjoint({"infra", "policies", "onprem", "tco", "sandbox", "tests"}), copied
-    assert {"common", "guardrails"} <= copied
+    assert copied.isdisjoint({"infra", "policies", "coreburst", "tests"}), copied
+    # The daemon's part of the import root only: the command and common/.
+    assert {"cli.py", "common", "guardrails"} <= copied
 
 
 def _imports(path: Path) -> Iterator[tuple[str, int]]:
@@ -140,7 +145,10 @@ def test_every_third_party_import_is_declared(package: str) -> None:
     declared = _declared(EXTRA_OF[package])
     providers = md.packages_distributions()
     missing = []
-    for path in sorted((ROOT / package).rglob("*.py")):
+    files = (
+        (ROOT / package).glob("*.py") if package == "coreburst" else (ROOT / package).rglob("*.py")
+    )
+    for path in sorted(files):
         for name, line in _imports(path):
             if name in sys.stdlib_module_names or name in FIRST_PARTY or name == "__future__":
                 continue
@@ -154,14 +162,14 @@ def test_every_third_party_import_is_declared(package: str) -> None:
 
 
 def test_the_wheel_leaves_the_sandbox_and_tests_out() -> None:
-    """setuptools' own discovery with our [tool.setuptools.packages.find]: the sandbox is its
-    own distribution (sandbox/pyproject.toml, installed by `make setup`), tests never ship."""
+    """setuptools' own discovery with our [tool.setuptools.packages.find]: one import root plus
+    the three top-level packages; the sandbox (coreburst.sandbox) and tests never ship."""
     import tomllib
 
     from setuptools import find_packages
 
     find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    shipped = {p.split(".")[0] for p in find_packages(ROOT, **find["packages"]["find"])}
-    assert {"coreburst", "common", "guardrails", "infra", "policies", "onprem", "tco"} <= shipped
-    assert shipped.isdisjoint({"sandbox", "tests", "tools", "benchmarks"}), shipped
-    assert md.distribution("coreburst-sandbox").metadata["Name"] == "coreburst-sandbox"
+    shipped = set(find_packages(ROOT, **find["packages"]["find"]))
+    assert {p.split(".")[0] for p in shipped} == {"coreburst", "guardrails", "infra", "policies"}
+    assert {"coreburst.common", "coreburst.burst", "coreburst.onprem", "coreburst.tco"} <= shipped
+    assert not any(p.startswith(("coreburst.sandbox", "tests", "tools")) for p in shipped)

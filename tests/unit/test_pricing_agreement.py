@@ -3,7 +3,8 @@
 :mod:`infra.cost` prices a stack from its config; :mod:`policies.pricing` prices the resources
 the program declares for it (the real program run under Pulumi's mocks by
 :func:`infra.offline.evaluate_config`, turned into policy resources the way ``coreburst plan``
-does). Both call :mod:`common.pricing`; these tests check that they also agree on *what* is
+does). Both call :mod:`coreburst.common.pricing`; these tests check that they also agree on *what*
+is
 billed: which field gives the node count, which defaults a file system takes, how many AZs an
 endpoint is billed in, which resources bill at all. Checked for both example stacks and for
 generated stack configs.
@@ -33,9 +34,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pulumi_policy import PolicyResource
 
-from common import pricing
-from common.catalog import load_catalog
-from common.pricing import CostLine, UnpricedError
+from coreburst.common import pricing
+from coreburst.common.catalog import load_catalog
+from coreburst.common.pricing import CostLine, UnpricedError
 from infra.cost import estimate_stack
 from infra.offline import evaluate_config, load_stack_yaml
 from policies.common import ASG

@@ -1,6 +1,8 @@
 """A real Slurm (munged, slurmctld, slurmd per node) on 127.0.0.1 with the burst side rendered
-by ``burst.cli slurm-conf`` and the power programs pointed at a moto server on 127.0.0.1: the
-lab in sandbox/slurmlab.py, which ``coreburst burst demo`` and benchmarks/burst_resume.py share.
+by ``coreburst.burst.cli slurm-conf`` and the power programs pointed at a moto server on 127.0.0.1:
+the
+lab in coreburst/sandbox/slurmlab.py, which ``coreburst burst demo`` and benchmarks/burst_resume.py
+share.
 
 Skipped only when not root or the Slurm binaries are missing (Debian: slurmctld slurmd
 slurm-client munge). Everything started here is stopped at the end, with bounded waits.
@@ -12,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
+from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,6 @@
 """Insufficient capacity on a real slurmctld (Debian slurm-wlm 22.05): EC2 is moto server behind
-sandbox/slurmlab.py's CapacityProxy, which answers CreateFleet on the on-demand pool's launch
+coreburst/sandbox/slurmlab.py's CapacityProxy, which answers CreateFleet on the on-demand pool's
+launch
 template the way EC2 answers an ``instant`` fleet it cannot fill (HTTP 200, no instance, an
 ``InsufficientInstanceCapacity`` item in ``errorSet``; EC2 API reference, CreateFleet; moto has
 no notion of capacity, so this response is made up in that documented shape).
@@ -19,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from guardrails.aws import Aws
+from coreburst.sandbox.emulator import fake_session
+from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
+from guardrails.adapters.aws import Aws
 from guardrails.config import load_config
 from guardrails.daemon import Daemon
-from guardrails.state import State
-from sandbox.emulator import fake_session
-from sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
+from guardrails.stores.sqlite import State
 
 pytestmark = pytest.mark.integration
 

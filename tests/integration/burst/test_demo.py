@@ -1,4 +1,5 @@
-"""``coreburst burst demo`` (sandbox/burst_demo.py) on the real lab: it shows the overflow and
+"""``coreburst burst demo`` (coreburst/sandbox/burst_demo.py) on the real lab: it shows the overflow
+and
 the clean-up within its two minutes, stops everything it started (also on Ctrl-C), and on a
 machine without root or Slurm says so in one line with exit 2."""
 
@@ -17,12 +18,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sandbox import burst_demo
-from sandbox.slurmlab import missing_prerequisite
+from coreburst.sandbox import burst_demo
+from coreburst.sandbox.slurmlab import missing_prerequisite
 
 pytestmark = pytest.mark.integration
 
-DEMO = [sys.executable, "-m", "sandbox.burst_demo"]
+DEMO = [sys.executable, "-m", "coreburst.sandbox.burst_demo"]
 
 
 def _leftovers() -> list[str]:

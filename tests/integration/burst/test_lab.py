@@ -1,4 +1,5 @@
-"""The Slurm lab (sandbox/slurmlab.py) that the demo, the benchmark and these tests share stops
+"""The Slurm lab (coreburst/sandbox/slurmlab.py) that the demo, the benchmark and these tests share
+stops
 everything it started, including a job still running when it stops: a ``slurmstepd`` (and its
 job) outlives the slurmd that started it, on the real Slurm 22.05 here. Before the lab ended
 job steps, such processes stayed behind for good (found on this machine after a test run).
@@ -11,7 +12,7 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from sandbox.slurmlab import SlurmLab, missing_prerequisite, wait_until
+from coreburst.sandbox.slurmlab import SlurmLab, missing_prerequisite, wait_until
 
 pytestmark = pytest.mark.integration
 

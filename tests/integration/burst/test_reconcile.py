@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import AMI, fake_session
+from coreburst.sandbox.slurmlab import BurstLab, SlurmLab
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slurm import Scontrol, power_down_when_idle
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.slurm import Scontrol, power_down_when_idle
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import AMI, fake_session
-from sandbox.slurmlab import BurstLab, SlurmLab
+from guardrails.stores.sqlite import State
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +124,8 @@ def _pending_reason(slurm: SlurmLab, job: str) -> str:
 def test_power_down_when_idle_drains_the_node_and_waits_for_the_running_job(
     burst_lab: BurstLab,
 ) -> None:
-    """What idle reclaim asks of Slurm for a burst node (guardrails.slurm.power_down_when_idle,
+    """What idle reclaim asks of Slurm for a burst node
+    (guardrails.adapters.slurm.power_down_when_idle,
     ``scontrol update state=power_down_asap``) on the real slurmctld: the node is drained, so a
     job submitted to it now stays pending (with plain ``power_down`` Slurm 22.05 started such a
     job on the busy node); the running job is not killed (it runs to its last line); once it

@@ -1,7 +1,7 @@
 """Exactly one instance per node, however the power programs are called: at the same time,
 on overlapping hostlists, killed mid-launch, racing a suspend; and a node whose instance never
 registers comes back to the pool. Real slurmctld/slurmd (Debian slurm-wlm 22.05) and the
-rendered programs; EC2 is moto server behind sandbox/slurmlab.py's proxy, which answers a
+rendered programs; EC2 is moto server behind coreburst/sandbox/slurmlab.py's proxy, which answers a
 repeated CreateFleet ``ClientToken`` as EC2 does (EC2 API reference, "Ensuring idempotency in
 Amazon EC2 API requests": same token and parameters, the first answer; nothing launched
 again). moto alone ignores the token.
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 import psutil  # type: ignore[import-untyped]
 import pytest
 
-from burst.hostlist import expand
-from sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
+from coreburst.burst.hostlist import expand
+from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
 
 pytestmark = pytest.mark.integration
 
@@ -61,7 +61,7 @@ def _programs(kind: str) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "burst.cli" in cmd and kind in cmd:
+        if "coreburst.burst.cli" in cmd and kind in cmd:
             out.append(p)
     return out
 

@@ -12,9 +12,9 @@ import subprocess
 
 import pytest
 
-from burst.hostlist import expand
-from common.catalog import load_catalog
-from sandbox.slurmlab import BurstLab
+from coreburst.burst.hostlist import expand
+from coreburst.common.catalog import load_catalog
+from coreburst.sandbox.slurmlab import BurstLab
 
 pytestmark = pytest.mark.integration
 
@@ -77,7 +77,7 @@ def test_rendered_conf_is_accepted_by_slurmctld(burst_lab: BurstLab) -> None:
     "hostlist", ["od-[1-2]", "a[01-03,7],b-9", "rack[1-2]-n[1-2]", "x-[8-11],x-1"]
 )
 def test_hostlist_expansion_matches_scontrol(burst_lab: BurstLab, hostlist: str) -> None:
-    """burst.hostlist.expand gives what `scontrol show hostnames` gives."""
+    """coreburst.burst.hostlist.expand gives what `scontrol show hostnames` gives."""
     real = burst_lab.slurm.run("scontrol", "show", "hostnames", hostlist).stdout.split()
     assert expand(hostlist) == real
 
@@ -251,9 +251,9 @@ def test_launch_failure_requeues_at_once(burst_lab: BurstLab) -> None:
 def test_node_addresses_reach_slurm(burst_lab: BurstLab, monkeypatch: pytest.MonkeyPatch) -> None:
     """In private-ip mode resume tells Slurm each node's address in one scontrol call
     (comma lists); the real scontrol accepts it and slurmctld shows the instance's IP."""
-    from burst.config import load_burst_stack
-    from burst.power import Audit, Power, Scontrol
-    from sandbox.emulator import AMI
+    from coreburst.burst.config import load_burst_stack
+    from coreburst.burst.power import Audit, Power, Scontrol
+    from coreburst.sandbox.emulator import AMI
 
     monkeypatch.setenv("SLURM_CONF", str(burst_lab.slurm.conf))
     stack = load_burst_stack("lab", burst_lab.slurm.lab)

@@ -1,5 +1,5 @@
 """The spend gate on a real slurmctld (Debian slurm-wlm 22.05), EC2 on moto server, and the
-guardrails daemon's own SQLite state (guardrails.state.State) as the spend source.
+guardrails daemon's own SQLite state (guardrails.stores.sqlite.State) as the spend source.
 
 A job whose projected cost (1 node x p5.48xlarge on-demand $/h from the catalog x its 60 min
 time limit) exceeds what the scope has left today is not launched: the resume program sets its
@@ -21,15 +21,15 @@ from pathlib import Path
 
 import pytest
 
-from burst.power import SPEND_HOLD_RESERVATION
-from common.catalog import load_catalog
-from common.pricing import instance_rate
-from guardrails.aws import Aws
+from coreburst.burst.power import SPEND_HOLD_RESERVATION
+from coreburst.common.catalog import load_catalog
+from coreburst.common.pricing import instance_rate
+from coreburst.sandbox.emulator import fake_session
+from coreburst.sandbox.slurmlab import BurstLab
+from guardrails.adapters.aws import Aws
 from guardrails.config import load_config
 from guardrails.daemon import Daemon
-from guardrails.state import State
-from sandbox.emulator import fake_session
-from sandbox.slurmlab import BurstLab
+from guardrails.stores.sqlite import State
 
 pytestmark = pytest.mark.integration
 

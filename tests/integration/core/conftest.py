@@ -1,6 +1,7 @@
 """Real servers for the core-idle tests: Prometheus (Debian package ``prometheus``) serving a
 backfilled history of recorded dcgm-exporter metrics (fixtures/dcgm-core-lab.prom), and the
-real Slurm lab of the burst tests (sandbox/slurmlab.py: Slurm 22.05, core nodes core1/core2 with
+real Slurm lab of the burst tests (coreburst/sandbox/slurmlab.py: Slurm 22.05, core nodes
+core1/core2 with
 eight fake GPUs each as character devices 1:3 in gres.conf).
 
 The history runs from seven days ago to four hours ahead, so the tests' daemon clock can stand
@@ -17,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import prometheus as promlab
-from sandbox.slurmlab import SlurmLab
-from sandbox.slurmlab import missing_prerequisite as slurm_missing
+from coreburst.sandbox import prometheus as promlab
+from coreburst.sandbox.slurmlab import SlurmLab
+from coreburst.sandbox.slurmlab import missing_prerequisite as slurm_missing
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HISTORY_BACK = timedelta(days=7)

@@ -21,15 +21,15 @@ import pytest
 from typer.testing import CliRunner
 
 from coreburst.cli import app as root
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
+from coreburst.sandbox.prometheus import PrometheusServer
+from coreburst.sandbox.slurmlab import SlurmLab, wait_until
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slurm import SlurmJobs
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.slurm import SlurmJobs
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
-from sandbox.prometheus import PrometheusServer
-from sandbox.slurmlab import SlurmLab, wait_until
+from guardrails.stores.sqlite import State
 
 pytestmark = pytest.mark.integration
 MEMBER = "U0LABROOT1"

@@ -1,4 +1,5 @@
-"""``guardrails.dcgm`` against a real Prometheus (Debian's 2.42) serving recorded dcgm-exporter
+"""``guardrails.adapters.dcgm`` against a real Prometheus (Debian's 2.42) serving recorded
+dcgm-exporter
 metrics (fixtures/dcgm-core-lab.prom, backfilled with ``promtool tsdb create-blocks-from
 openmetrics``). What is checked is Prometheus's own answer to ``/api/v1/query_range``
 (Prometheus docs, "HTTP API: Range queries"), including its error bodies.
@@ -14,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrails.dcgm import GPU_UTIL, Prometheus, PrometheusError, gpu_activity, selector
-from sandbox.prometheus import PrometheusServer, parse_scrape
+from coreburst.sandbox.prometheus import PrometheusServer, parse_scrape
+from guardrails.adapters.dcgm import GPU_UTIL, Prometheus, PrometheusError, gpu_activity, selector
 
 pytestmark = pytest.mark.integration
 FIXTURES = Path(__file__).parent / "fixtures"

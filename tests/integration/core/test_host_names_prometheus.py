@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from coreburst.sandbox import prometheus as promlab
+from guardrails.adapters.dcgm import GPU_UTIL, Prometheus, node_activity, node_selector
+from guardrails.adapters.slurm import SlurmJob
 from guardrails.config import parse_config
-from guardrails.dcgm import GPU_UTIL, Prometheus, node_activity, node_selector
 from guardrails.rules.core_idle import assess, read_activity
-from guardrails.slurm import SlurmJob
-from sandbox import prometheus as promlab
 
 pytestmark = pytest.mark.integration
 FIXTURE = Path(__file__).parent / "fixtures" / "dcgm-fqdn-hpc.prom"

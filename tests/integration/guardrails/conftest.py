@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from common.telemetry import UTILIZATION_METRICS
-from guardrails.aws import Aws
+from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
+from guardrails.adapters.aws import Aws
 from guardrails.config import GuardrailsConfig, parse_config
 from guardrails.daemon import Daemon
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
+from guardrails.stores.sqlite import State
 
 METRICS = {
     k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrails.state import State
-from sandbox.emulator import MotoProcess, WebhookReceiver, free_port
+from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, free_port
+from guardrails.stores.sqlite import State
 
 from .conftest import config_text
 from .test_cli_process import env
@@ -40,7 +40,7 @@ def cli(
     *args: str, e: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*prefix, sys.executable, "-m", "sandbox.guardrails", *args],
+        [*prefix, sys.executable, "-m", "coreburst.sandbox.guardrails", *args],
         env=e if e is not None else env(datetime.now().astimezone(), None),
         capture_output=True,
         text=True,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sandbox.emulator import (
+from coreburst.sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,
@@ -36,7 +36,7 @@ def env(t: datetime, hook: WebhookReceiver | None, **extra: str) -> dict[str, st
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION="us-east-1",
-        COREBURST_TEST_HOOKS="1",  # the clock and pause hooks below (sandbox.hooks)
+        COREBURST_TEST_HOOKS="1",  # the clock and pause hooks below (coreburst.sandbox.hooks)
         COREBURST_CLOCK_START=t.isoformat(),
         **extra,
     )
@@ -47,7 +47,7 @@ def env(t: datetime, hook: WebhookReceiver | None, **extra: str) -> dict[str, st
 
 def once(cfg: Path, e: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "sandbox.guardrails", "once", "--config", str(cfg)],
+        [sys.executable, "-m", "coreburst.sandbox.guardrails", "once", "--config", str(cfg)],
         env=e,
         capture_output=True,
         text=True,
@@ -60,7 +60,7 @@ def killed_at(cfg: Path, e: dict[str, str], point: str, marker: Path) -> None:
     """Run one cycle, wait until it reaches ``point``, then SIGKILL it."""
     e = {**e, "COREBURST_TEST_PAUSE_AT": f"{point}:{marker}"}
     p = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.guardrails", "once", "--config", str(cfg)],
+        [sys.executable, "-m", "coreburst.sandbox.guardrails", "once", "--config", str(cfg)],
         env=e,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -169,7 +169,7 @@ def test_bad_config_one_line_no_action(tmp_path: Path, yaml_text: str, needle: s
     cfg = tmp_path / "g.yaml"
     cfg.write_text(yaml_text)
     r = subprocess.run(
-        [sys.executable, "-m", "sandbox.guardrails", "once", "--config", str(cfg)],
+        [sys.executable, "-m", "coreburst.sandbox.guardrails", "once", "--config", str(cfg)],
         capture_output=True,
         text=True,
         timeout=60,
@@ -198,7 +198,7 @@ def test_unreachable_endpoint_clear_error_and_no_action(tmp_path: Path, t0: date
 
 def test_bad_cli_args(tmp_path: Path) -> None:
     r = subprocess.run(
-        [sys.executable, "-m", "sandbox.guardrails", "explain", "not-an-id"],
+        [sys.executable, "-m", "coreburst.sandbox.guardrails", "explain", "not-an-id"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -235,7 +235,7 @@ def test_status_and_explain_show_the_numbers(
     assert once(cfg, env(t0, hook)).returncode == 0
     e = {**env(t0, hook), "COLUMNS": "200"}
     st = subprocess.run(
-        [sys.executable, "-m", "sandbox.guardrails", "status", "--config", str(cfg)],
+        [sys.executable, "-m", "coreburst.sandbox.guardrails", "status", "--config", str(cfg)],
         env=e,
         capture_output=True,
         text=True,
@@ -249,7 +249,7 @@ def test_status_and_explain_show_the_numbers(
         [
             sys.executable,
             "-m",
-            "sandbox.guardrails",
+            "coreburst.sandbox.guardrails",
             "explain",
             idle.instance_id,
             "--config",
@@ -285,7 +285,7 @@ def test_run_serves_metrics_on_the_configured_address(tmp_path: Path, t0: dateti
         COREBURST_METRICS_ENDPOINT__PORT=str(port),
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sandbox.guardrails", "run", "--config", str(cfg)],
+        [sys.executable, "-m", "coreburst.sandbox.guardrails", "run", "--config", str(cfg)],
         env=e,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
-from guardrails.spend import day_start, month_start
-from sandbox.emulator import (
+from coreburst.sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,
@@ -20,6 +19,7 @@ from sandbox.emulator import (
     launch_asg,
     publish,
 )
+from guardrails.spend import day_start, month_start
 
 from .conftest import METRICS
 

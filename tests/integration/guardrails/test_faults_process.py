@@ -17,7 +17,7 @@ from typing import IO
 
 import pytest
 
-from sandbox.emulator import (
+from coreburst.sandbox.emulator import (
     FleetNode,
     MotoProcess,
     WebhookReceiver,
@@ -33,12 +33,21 @@ pytestmark = pytest.mark.integration
 
 
 class Daemon:
-    """`python -m sandbox.guardrails run` (the CLI with the test hooks) in a subprocess, its
+    """`python -m coreburst.sandbox.guardrails run` (the CLI with the test hooks) in a subprocess,
+    its
     stderr (JSON log lines) read as it comes."""
 
     def __init__(self, cfg: Path, e: dict[str, str], *args: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "sandbox.guardrails", "run", "--config", str(cfg), *args],
+            [
+                sys.executable,
+                "-m",
+                "coreburst.sandbox.guardrails",
+                "run",
+                "--config",
+                str(cfg),
+                *args,
+            ],
             env=e,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,

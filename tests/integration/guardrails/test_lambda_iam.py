@@ -25,8 +25,8 @@ import botocore.session
 import pytest
 from parliament import iam_definition
 
-from guardrails.state_dynamo import DynamoState
-from sandbox.emulator import FleetNode, WebhookReceiver, launch, launch_asg
+from coreburst.sandbox.emulator import FleetNode, WebhookReceiver, launch, launch_asg
+from guardrails.stores.dynamodb import DynamoState
 
 from .test_shared_store_and_budget import (  # noqa: F401  (lambda_stack is a fixture)
     BUDGETS_TEXT,

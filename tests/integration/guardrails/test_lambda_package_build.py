@@ -59,7 +59,11 @@ def test_real_build_imports_the_handler(tmp_path: Path) -> None:
         dist = re.match(r"[A-Za-z0-9][A-Za-z0-9._-]*", req)
         assert dist and _norm(dist.group(0)) in names, f"{req} not installed ({sorted(names)})"
     assert not names & {_norm(n) for n in NOT_SHIPPED}, sorted(names)
-    assert not (dest / "sandbox").exists() and not (dest / "tests").exists()
+    assert not (dest / "coreburst" / "sandbox").exists() and not (dest / "tests").exists()
+    # Only what the Lambda runs (issue 24): no Pulumi program, policy pack or other product.
+    for gone in ("infra", "policies", "coreburst/burst", "coreburst/tco", "coreburst/onprem"):
+        assert not (dest / gone).exists(), gone
+    assert (dest / "coreburst" / "common" / "data" / "catalog.yaml").is_file()
 
     archive = Path(shutil.make_archive(str(tmp_path / "code"), "zip", dest))
     with zipfile.ZipFile(archive) as z:

@@ -13,8 +13,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
-from common.catalog import load_catalog
-from guardrails.aws import inventory
+from coreburst.common.catalog import load_catalog
+from guardrails.adapters.aws import inventory
 from guardrails.org import AccountTarget, assume_role_session, discover_accounts, scan
 
 pytestmark = pytest.mark.integration

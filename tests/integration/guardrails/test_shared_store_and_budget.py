@@ -19,10 +19,10 @@ from typing import Any
 import boto3
 import pytest
 
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 from guardrails.config import BudgetRelayConfig
-from guardrails.state_dynamo import DynamoState, create_table
-from sandbox.clocks import FakeClock
-from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
+from guardrails.stores.dynamodb import DynamoState, create_table
 
 from .conftest import METRICS
 from .test_daemon_loopback import fleet, step
@@ -269,8 +269,8 @@ def _killed_invocation(stack: LambdaStack, at: datetime, point: str, marker: Pat
     its timeout or out of memory: no finally runs)."""
     script = (
         "import sys; from datetime import datetime; from pathlib import Path\n"
-        "from sandbox.clocks import OffsetClock\n"
-        "from sandbox.hooks import pause_at\n"
+        "from coreburst.sandbox.clocks import OffsetClock\n"
+        "from coreburst.sandbox.hooks import pause_at\n"
         "from guardrails.lambda_handler import run\n"
         "class Context:\n"
         "    aws_request_id = 'req-killed'\n"

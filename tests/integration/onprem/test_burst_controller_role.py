@@ -34,7 +34,7 @@ GRES_CONF = "NodeName=dgx[01-04] Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
 
 
 def _stack_file(where: Path) -> Path:
-    """A burst stack (keys of infra/config.py and burst/config.py), made up here."""
+    """A burst stack (keys of infra/config.py and coreburst/burst/config.py), made up here."""
     config = {
         "aws:region": "us-east-1",
         "coreburst:availabilityZone": "us-east-1a",

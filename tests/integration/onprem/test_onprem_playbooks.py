@@ -17,9 +17,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from onprem.cli import app
-from onprem.fleet import Fleet, write_inventory
-from onprem.runner import run_playbook
+from coreburst.onprem.cli import app
+from coreburst.onprem.fleet import Fleet, write_inventory
+from coreburst.onprem.runner import run_playbook
 
 pytestmark = pytest.mark.integration
 

@@ -1,5 +1,5 @@
 """Stacks for the burst unit tests. Made up here; keys follow infra/config.py (StackConfig)
-and burst/config.py (BurstSettings)."""
+and coreburst/burst/config.py (BurstSettings)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from burst.config import BurstStack, load_burst_stack
+from coreburst.burst.config import BurstStack, load_burst_stack
 
 
 def stack_map(

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from burst.cli import app
+from coreburst.burst.cli import app
 from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
 
 REPO = Path(__file__).resolve().parents[3]
@@ -67,7 +67,8 @@ def lab(tmp_path: Path) -> Path:
 
 
 def _program(lab: Path, argv: list[bytes], env: dict[bytes, bytes] | None = None) -> str:
-    """Run ``python -m burst.cli`` as slurmctld would (argv as raw bytes, a C locale); any AWS
+    """Run ``python -m coreburst.burst.cli`` as slurmctld would (argv as raw bytes, a C locale); any
+    AWS
     call would go to a closed port and exit 1, so exit 2 also says nothing was attempted.
     Returns its one stderr line (asserted to be the only output)."""
     base = {
@@ -89,7 +90,7 @@ def _program(lab: Path, argv: list[bytes], env: dict[bytes, bytes] | None = None
     full.update(env or {})
     stack = [b"--stack", b"t", b"--stack-dir", os.fsencode(lab)]
     proc = subprocess.run(
-        [os.fsencode(sys.executable), b"-m", b"burst.cli", *argv, *stack],
+        [os.fsencode(sys.executable), b"-m", b"coreburst.burst.cli", *argv, *stack],
         cwd=REPO,
         env=full,
         capture_output=True,

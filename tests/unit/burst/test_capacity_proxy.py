@@ -1,14 +1,15 @@
-"""The lab's out-of-capacity CreateFleet answer (sandbox/slurmlab.py ``_ICE_RESPONSE``, made up
+"""The lab's out-of-capacity CreateFleet answer (coreburst/sandbox/slurmlab.py ``_ICE_RESPONSE``,
+made up
 there in the shape of the EC2 API reference's CreateFleet response) is what botocore's own EC2
 model and parser read as an instant fleet with no instance and one InsufficientInstanceCapacity
-error, the case burst/power.py handles without an exception."""
+error, the case coreburst/burst/power.py handles without an exception."""
 
 from __future__ import annotations
 
 import botocore.session
 from botocore.parsers import create_parser
 
-from sandbox.slurmlab import _ICE_RESPONSE
+from coreburst.sandbox.slurmlab import _ICE_RESPONSE
 
 
 def test_ice_answer_parses_as_a_fleet_error_in_botocores_model() -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
-from burst.cli import app
+from coreburst.burst.cli import app
 from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
 
 runner = CliRunner()
@@ -33,7 +33,7 @@ def test_slurm_conf_out_writes_files_and_programs(stack_dir: Path, tmp_path: Pat
             "--out",
             str(dest),
             "--cli",
-            "python3 -m burst.cli",
+            "python3 -m coreburst.burst.cli",
         ],
     )
     assert out.exit_code == 0, out.output
@@ -48,7 +48,7 @@ def test_slurm_conf_out_writes_files_and_programs(stack_dir: Path, tmp_path: Pat
     ]
     prog = dest / "coreburst-burst-resume"
     assert os.access(prog, os.X_OK)
-    assert "exec python3 -m burst.cli resume --stack t" in prog.read_text()
+    assert "exec python3 -m coreburst.burst.cli resume --stack t" in prog.read_text()
 
 
 def test_bad_stack_is_one_line_exit_2(tmp_path: Path) -> None:

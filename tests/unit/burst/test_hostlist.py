@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from burst.hostlist import MAX_HOSTS, HostlistError, compress, expand
+from coreburst.burst.hostlist import MAX_HOSTS, HostlistError, compress, expand
 
 
 @pytest.mark.parametrize(

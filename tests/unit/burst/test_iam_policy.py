@@ -1,5 +1,6 @@
-"""The controller host's IAM policy (burst/iam.py, `coreburst burst iam-policy`): linted by
-parliament, and every EC2 call burst/power.py makes is granted by it and nothing else is.
+"""The controller host's IAM policy (coreburst/burst/iam.py, `coreburst burst iam-policy`): linted
+by
+parliament, and every EC2 call coreburst/burst/power.py makes is granted by it and nothing else is.
 
 AWS pages the grants follow: Amazon EC2 API reference, CreateFleet (an ``instant`` fleet, its
 TagSpecifications and ClientToken); EC2 User Guide, "EC2 Fleet prerequisites" (an instant
@@ -29,11 +30,11 @@ from moto import mock_aws
 from parliament import analyze_policy_string, iam_definition
 from typer.testing import CliRunner
 
-import burst.power
-from burst.cli import app
-from burst.config import BurstStack, load_burst_stack, parse_burst
-from burst.iam import controller_policy, partition_of
-from burst.power import Audit, Power
+import coreburst.burst.power
+from coreburst.burst.cli import app
+from coreburst.burst.config import BurstStack, load_burst_stack, parse_burst
+from coreburst.burst.iam import controller_policy, partition_of
+from coreburst.burst.power import Audit, Power
 from tests.unit.burst.conftest import CLUSTERS, stack_map
 
 ACCOUNT = "123456789012"
@@ -87,9 +88,9 @@ def _stmt(doc: dict[str, Any], sid: str) -> dict[str, Any]:
 
 
 def power_operations() -> set[str]:
-    """Every EC2 operation burst/power.py calls: ``self.ec2.<op>(...)`` and
+    """Every EC2 operation coreburst/burst/power.py calls: ``self.ec2.<op>(...)`` and
     ``self.ec2.get_paginator("<op>")``, read from its source, as botocore operation names."""
-    tree = ast.parse(Path(burst.power.__file__).read_text(encoding="utf-8"))
+    tree = ast.parse(Path(coreburst.burst.power.__file__).read_text(encoding="utf-8"))
     by_method = {xform_name(op): op for op in EC2_MODEL.operation_names}
     found = set()
     for node in ast.walk(tree):

@@ -15,10 +15,10 @@ from typing import Any
 import boto3
 import pytest
 
+from coreburst.sandbox.emulator import MotoProcess
 from guardrails.ledger import SpendLedger, remaining_usd
-from guardrails.state import State
-from guardrails.state_dynamo import DynamoState, create_table
-from sandbox.emulator import MotoProcess
+from guardrails.stores.dynamodb import DynamoState, create_table
+from guardrails.stores.sqlite import State
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 RACERS = 8

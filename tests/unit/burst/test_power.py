@@ -19,8 +19,8 @@ import yaml
 from botocore.validate import ParamValidator
 from moto import mock_aws
 
-from burst.config import BurstStack, SpendGate, gate_limits, load_burst_stack, parse_burst
-from burst.power import (
+from coreburst.burst.config import BurstStack, SpendGate, gate_limits, load_burst_stack, parse_burst
+from coreburst.burst.power import (
     FLEET_BATCH,
     Audit,
     Power,
@@ -29,11 +29,11 @@ from burst.power import (
     read_resume_file,
     slurm_hours,
 )
-from burst.slurmconf import node_sets
-from common.catalog import load_catalog
-from common.pricing import instance_rate
-from guardrails.slurm import parse_spend_holds, releasable
-from guardrails.state import State
+from coreburst.burst.slurmconf import node_sets
+from coreburst.common.catalog import load_catalog
+from coreburst.common.pricing import instance_rate
+from guardrails.adapters.slurm import parse_spend_holds, releasable
+from guardrails.stores.sqlite import State
 from infra.config import StackConfigError
 from tests.unit.burst.conftest import stack_map
 
@@ -393,7 +393,7 @@ def _gate_stack(tmp_path: Path, **gate: Any) -> BurstStack:
 
 
 def _spent(tmp_path: Path, today: float, mtd: float, at: datetime = NOW) -> None:
-    """A spend snapshot as the guardrails daemon writes it (guardrails.state.State, the
+    """A spend snapshot as the guardrails daemon writes it (guardrails.stores.sqlite.State, the
     daemon's own SQLite store; rules/spend_limit.py calls add_spend each cycle)."""
     store = State(tmp_path / "state.sqlite")
     store.add_spend(at, "account", burn=0.0, today=today, mtd=mtd, proj=mtd * 2)
@@ -524,7 +524,7 @@ def test_gate_fails_closed(ec2: Any, tmp_path: Path, setup: str, needle: str) ->
 
 
 def test_release_plan_fits_holds_cheapest_first() -> None:
-    """The rule's release plan (guardrails.slurm.releasable) over holds parsed from
+    """The rule's release plan (guardrails.adapters.slurm.releasable) over holds parsed from
     ``scontrol -o show reservation`` lines (format as AnsweringSlurm above)."""
     text = "\n".join(
         [

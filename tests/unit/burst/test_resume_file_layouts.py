@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from burst.power import launch_groups, read_resume_file
+from coreburst.burst.power import launch_groups, read_resume_file
 
 SLURM = Path(__file__).parents[2] / "fixtures" / "slurm"
 

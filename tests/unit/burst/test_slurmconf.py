@@ -9,18 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from burst.config import REPO_ROOT, load_burst_stack, parse_burst
-from burst.hostlist import expand
-from burst.slurmconf import (
+from coreburst.burst.config import load_burst_stack, parse_burst
+from coreburst.burst.hostlist import expand
+from coreburst.burst.slurmconf import (
     node_sets,
     render_gres,
     render_program,
     render_slurm_include,
     reservation_commands,
 )
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
 from infra.config import StackConfigError
 from tests.unit.burst.conftest import stack_map
+
+ROOT = Path(__file__).resolve().parents[3]  # the checkout: its example stacks
 
 
 def _lines(text: str, prefix: str) -> list[str]:
@@ -153,7 +155,7 @@ def test_settings_errors_are_one_line() -> None:
 
 def test_repo_dev_stack_renders() -> None:
     """The shipped dev stack (no coreburst:burst key) renders with defaults."""
-    s = load_burst_stack("dev", REPO_ROOT)
+    s = load_burst_stack("dev", ROOT)
     text = render_slurm_include(s)
     c = s.config.clusters[0]
     assert expand(_lines(text, "NodeName=")[0].split()[0].removeprefix("NodeName=")) == [

@@ -1,4 +1,5 @@
-"""common.errors: one line naming the field path, what is wrong and how to fix it, and never a
+"""coreburst.common.errors: one line naming the field path, what is wrong and how to fix it, and
+never a
 secret, for every product that validates user input with pydantic."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 
-from common.errors import (
+from coreburst.common.errors import (
     REDACTED,
     field_path,
     first_problem,
@@ -174,7 +175,7 @@ def test_secret_in_a_stack_config_never_reaches_the_message() -> None:
 
 
 def test_secret_in_a_fleet_file_never_reaches_the_message(tmp_path: Path) -> None:
-    from onprem.fleet import FleetError, load_fleet
+    from coreburst.onprem.fleet import FleetError, load_fleet
 
     base = yaml.safe_load((ROOT / "ansible" / "fleet.example.yml").read_text())
     for key, value in (("slack_webhook_url", WEBHOOK), ("colour", CRED_URL)):

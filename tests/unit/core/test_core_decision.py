@@ -10,11 +10,11 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
+from guardrails.adapters.dcgm import GpuKey
+from guardrails.adapters.slurm import SlurmJob
 from guardrails.config import CoreIdleConfig, parse_config
-from guardrails.dcgm import GpuKey
 from guardrails.model import Series
 from guardrails.rules.core_idle import assess, exemption, job_kind
-from guardrails.slurm import SlurmJob
 
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)
 P = CoreIdleConfig()  # batch window 2h, interactive/short 30m, threshold 5 %, max_gap 5m

@@ -1,6 +1,6 @@
 """``coreburst core report`` and ``coreburst core price``: allocated versus measured GPU-hours
 per team and user from the daemon's state (SQLite), the owned price from the TCO model through
-the one formula in common/pricing.py, a PNG plot, and one-line errors (exit 2)."""
+the one formula in coreburst/common/pricing.py, a PNG plot, and one-line errors (exit 2)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from common.catalog import load_catalog
-from common.pricing import owned_gpu_hour_usd
 from coreburst.cli import app
-from guardrails.state import State
-from tco.model import (
+from coreburst.common.catalog import load_catalog
+from coreburst.common.pricing import owned_gpu_hour_usd
+from coreburst.tco.model import (
     Scenario,
     load_defaults,
     owned_monthly,
@@ -24,9 +23,10 @@ from tco.model import (
     resolve_rates,
     scenario_gpu_hour_price,
 )
+from guardrails.stores.sqlite import State
 
 ROOT = Path(__file__).resolve().parents[3]
-SCENARIO = ROOT / "tco" / "examples" / "team8_85pct.yaml"
+SCENARIO = ROOT / "coreburst" / "tco" / "examples" / "team8_85pct.yaml"
 
 
 @pytest.fixture

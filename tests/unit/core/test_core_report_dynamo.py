@@ -1,7 +1,7 @@
 """``coreburst core report`` on the scheduled Lambda's DynamoDB state (``--state-table``, or
 ``COREBURST_STATE_TABLE`` as the Lambda has it), opened by ``guardrails.cli.open_store``: the
 same rows give the same report as from SQLite. DynamoDB is moto's, in process (``mock_aws``),
-with the table schema of ``guardrails.state_dynamo.create_table``; a missing table is moto's
+with the table schema of ``guardrails.stores.dynamodb.create_table``; a missing table is moto's
 ``ResourceNotFoundException`` from DescribeTable, one line and exit 2."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from moto import mock_aws
 from typer.testing import CliRunner
 
 from coreburst.cli import app
-from guardrails.state import State
-from guardrails.state_dynamo import DynamoState, create_table
-from guardrails.store import StateStore
+from guardrails.stores.base import StateStore
+from guardrails.stores.dynamodb import DynamoState, create_table
+from guardrails.stores.sqlite import State
 
 TABLE = "guardrails-state"
 RUNS = [  # (job, account, user, allocated, used, seen hours ago)

@@ -17,13 +17,13 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slurm import parse_jobs
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.slurm import parse_jobs
-from guardrails.state import State
-from sandbox.clocks import FakeClock
+from guardrails.stores.sqlite import State
 
 FIXTURE = Path(__file__).parent / "fixtures" / "squeue-22.05.json"
 

@@ -23,14 +23,14 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import fake_session, launch
+from guardrails.adapters.aws import Aws
 from guardrails.cli import app as guardrails_app
 from guardrails.config import ConfigError, parse_config
 from guardrails.daemon import Daemon
 from guardrails.spend import core_spend
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import fake_session, launch
+from guardrails.stores.sqlite import State
 
 P5 = 55.04
 DAY = datetime(2026, 12, 3, tzinfo=UTC)

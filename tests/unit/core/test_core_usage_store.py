@@ -12,9 +12,9 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from guardrails.state import State
-from guardrails.state_dynamo import DynamoState, create_table
-from guardrails.store import StateStore
+from guardrails.stores.base import StateStore
+from guardrails.stores.dynamodb import DynamoState, create_table
+from guardrails.stores.sqlite import State
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

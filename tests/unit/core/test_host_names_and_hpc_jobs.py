@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from coreburst.sandbox.prometheus import parse_scrape
+from guardrails.adapters.dcgm import match_hosts, parse_series, to_nodes
+from guardrails.adapters.slurm import SlurmJob
 from guardrails.cli import app
 from guardrails.config import ConfigError, CoreIdleConfig, parse_config
-from guardrails.dcgm import match_hosts, parse_series, to_nodes
 from guardrails.rules.core_idle import assess
-from guardrails.slurm import SlurmJob
-from sandbox.prometheus import parse_scrape
 
 FIXTURE = Path(__file__).parents[2] / "integration" / "core" / "fixtures" / "dcgm-fqdn-hpc.prom"
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)

@@ -1,6 +1,7 @@
 """Reading which GPUs each running job holds from ``squeue --json``.
 
-fixtures/squeue-22.05.json is real output, recorded from the Slurm lab (sandbox/slurmlab.py,
+fixtures/squeue-22.05.json is real output, recorded from the Slurm lab
+(coreburst/sandbox/slurmlab.py,
 Debian slurm-wlm 22.05.8, plugin openapi/v0.0.38) with three jobs: one running on core1 with a
 job comment, one requeued (pending, restart_cnt 1), one over two nodes. The GRES index syntax
 is scontrol(1)'s ``GRES=gpu:h100:2(IDX:0-1)`` as ``scontrol -d show job`` prints it.
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from guardrails.slurm import SlurmError, gpu_indices, parse_jobs
+from guardrails.adapters.slurm import SlurmError, gpu_indices, parse_jobs
 
 FIXTURE = Path(__file__).parent / "fixtures" / "squeue-22.05.json"
 
@@ -98,8 +99,8 @@ def test_output_that_is_not_utf8_is_one_line(
     """A job's name or comment may hold any bytes (squeue prints them as given): every Slurm
     client read (squeue for core-idle, scontrol for burst) says so in one line instead of a
     UnicodeDecodeError traceback, and nothing is read from it."""
-    from burst.power import Scontrol as BurstScontrol
-    from guardrails.slurm import Scontrol, SlurmJobs
+    from coreburst.burst.power import Scontrol as BurstScontrol
+    from guardrails.adapters.slurm import Scontrol, SlurmJobs
 
     sample = FIXTURE.read_bytes()
     bad = sample.replace(b'"comment": "', b'"comment": "caf\xe9 ', 1)

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 from moto import mock_aws
 
-from guardrails.slurm import SlurmError, parse_jobs
-from sandbox.clocks import FakeClock
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.slurm import SlurmError, parse_jobs
 from tests.unit.core.test_core_rule_cycles import FakePrometheus, _script, daemon
 
 SLURM = Path(__file__).parents[2] / "fixtures" / "slurm"

@@ -13,7 +13,7 @@ import pytest
 from moto import mock_aws
 from moto.cloudwatch import models
 
-from sandbox.emulator import fake_session
+from coreburst.sandbox.emulator import fake_session
 
 ROOT = Path(__file__).parents[3]
 

@@ -1,6 +1,7 @@
 """burst-reconcile's part in issue 21: an operator's release of a pool hold stays released
 until the pool fails again, and CLOUD nodes a failed resume left ``down~`` go back to the pool
-while nodes an operator downed stay down. Audit events are burst/power.py's (``ts``, ``event``,
+while nodes an operator downed stay down. Audit events are coreburst/burst/power.py's (``ts``,
+``event``,
 ``nodes``); node lines are ``scontrol -o show nodes`` as tests/unit/guardrails/
 test_burst_reconcile.py makes them (Slurm 22.05 format, made up there)."""
 
@@ -9,9 +10,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from guardrails.adapters.slurm import parse_nodes
 from guardrails.config import BurstReconcileConfig
 from guardrails.rules.burst_reconcile import ICE, OPERATOR_RELEASED, holds, plan
-from guardrails.slurm import parse_nodes
 from tests.unit.guardrails.test_burst_reconcile import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

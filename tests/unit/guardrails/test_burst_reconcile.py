@@ -22,16 +22,16 @@ import botocore.session
 import pytest
 from moto import mock_aws
 
-from burst.config import BurstStack, parse_burst
-from burst.power import HEARTBEAT_REASON, Audit, Power
-from guardrails.aws import Aws
+from coreburst.burst.config import BurstStack, parse_burst
+from coreburst.burst.power import HEARTBEAT_REASON, Audit, Power
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slurm import Scontrol, SlurmError, parse_nodes
 from guardrails.config import ConfigError, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.rules.burst_reconcile import ICE, Instance, plan, pools_of, write_heartbeat
-from guardrails.slurm import Scontrol, SlurmError, parse_nodes
-from guardrails.state import State
-from sandbox.clocks import FakeClock
+from guardrails.stores.sqlite import State
 from tests.unit.burst.conftest import stack_map
 from tests.unit.burst.test_power import RecordingSlurm, _templates
 
@@ -372,7 +372,8 @@ def test_plan_skips_auto_scaling_members_and_untagged_when_off() -> None:
     assert plan([asg, bare], {}, now, timedelta(minutes=15), untagged_orphans=False).terminate == []
 
 
-# -- d) the heartbeat, read by the resume program (burst/power.py) ------------------------------
+# -- d) the heartbeat, read by the resume program (coreburst/burst/power.py)
+# ------------------------------
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
@@ -453,7 +454,7 @@ def test_heartbeat_is_replaced_atomically(tmp_path: Path) -> None:
 
 # -- e) pool holds from the resume program's audit log -----------------------------------------
 def _burst_event(path: Path, ts: datetime, event: str, **fields: Any) -> None:
-    """An event as burst/power.py's Audit writes it (epoch ``ts``, ``event``, fields)."""
+    """An event as coreburst/burst/power.py's Audit writes it (epoch ``ts``, ``event``, fields)."""
     with path.open("a") as f:
         f.write(json.dumps({"ts": round(ts.timestamp(), 3), "event": event, **fields}) + "\n")
 
@@ -551,7 +552,7 @@ def test_unreadable_audit_log_is_one_error_and_the_pass_completes(
 
 # -- f) spend-gate holds lifted on the daemon's schedule; Slack on holds --------------------------
 def _outbox(tmp_path: Path) -> list[dict[str, Any]]:
-    """The Slack payloads the cycle queued (guardrails.state outbox rows)."""
+    """The Slack payloads the cycle queued (guardrails.stores.sqlite outbox rows)."""
     st = State(tmp_path / "s.db")
     try:
         return [{"key": r["dedupe_key"], **json.loads(r["payload"])} for r in st.outbox_rows()]

@@ -26,18 +26,18 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from common.catalog import load_catalog
-from common.telemetry import UTILIZATION_METRICS
+from coreburst.common.catalog import load_catalog
+from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails import org
-from guardrails.aws import Aws, inventory, sum_bytes
+from guardrails.adapters.aws import Aws, inventory, sum_bytes
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
 from guardrails.egress import SETTLE, read_span
 from guardrails.rules.idle_reclaim import utilization
-from guardrails.state import State
-from guardrails.state_dynamo import DynamoState, create_table
-from sandbox.clocks import FakeClock
-from sandbox.emulator import FleetNode, fake_session, launch, publish
+from guardrails.stores.dynamodb import DynamoState, create_table
+from guardrails.stores.sqlite import State
 
 DEFS = {k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()}
 HEARTBEAT = "coreburst_publisher_heartbeat"

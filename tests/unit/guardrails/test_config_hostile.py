@@ -15,7 +15,8 @@ import botocore.loaders
 import pytest
 from pydantic import BaseModel
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.aws import Aws
 from guardrails.config import (
     Between,
     ConfigError,
@@ -24,8 +25,7 @@ from guardrails.config import (
     parse_config,
 )
 from guardrails.daemon import Daemon
-from guardrails.state import State
-from sandbox.clocks import FakeClock
+from guardrails.stores.sqlite import State
 
 README = Path(__file__).parents[3] / "README.md"
 SECRET_URL = "https://hooks.slack.com/services/T0SECRET/B0SECRET/XXXXSECRETTOKEN"

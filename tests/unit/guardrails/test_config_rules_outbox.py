@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from common.telemetry import UTILIZATION_METRICS
+from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.slack import Alert, Outbox
 from guardrails.cli import app
 from guardrails.config import ConfigError, SlackConfig, parse_config
 from guardrails.rules import REGISTRY, iam_actions
-from guardrails.slack import Alert, Outbox
-from guardrails.state import State
-from sandbox.clocks import FakeClock
+from guardrails.stores.sqlite import State
 
 EXAMPLE = Path(__file__).parents[3] / "guardrails" / "examples" / "guardrails.yaml"
 

@@ -2,14 +2,16 @@
 accelerator the catalog says it has is covered, and a partial ``idle.metrics`` override keeps
 the other families' defaults.
 
-The NeuronCore counts are the catalog's (common/data/catalog.yaml, source ``neuron-lnc``): AWS
+The NeuronCore counts are the catalog's (coreburst/common/data/catalog.yaml, source ``neuron-lnc``):
+AWS
 Neuron docs, "Logical NeuronCore configuration"
 (https://awsdocs-neuron.readthedocs-hosted.com/en/latest/general/arch/neuron-features/logical-neuroncore-config.html):
 "Every Trainium2 device contains eight physical NeuronCore-v3", grouped by
 NEURON_LOGICAL_NC_CONFIG; "Using Logical NeuronCores (LNC) with NKI": an LNC degree "of either
 1 or 2"; shared/REFERENCE.md: trn2.48xlarge has 16 chips, 128 physical cores, 64 at the
 default LNC=2. The series are published to moto (in-process) in the dimension sets of
-``common.telemetry`` and read back through the daemon's own ListMetrics/GetMetricData path.
+``coreburst.common.telemetry`` and read back through the daemon's own ListMetrics/GetMetricData
+path.
 """
 
 from __future__ import annotations
@@ -22,14 +24,14 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from common.catalog import load_catalog
-from common.telemetry import NEURON_LNC_TAG, UTILIZATION_METRICS
-from guardrails.aws import Aws, inventory
+from coreburst.common.catalog import load_catalog
+from coreburst.common.telemetry import NEURON_LNC_TAG, UTILIZATION_METRICS
+from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
+from guardrails.adapters.aws import Aws, inventory
 from guardrails.cli import app
 from guardrails.config import ConfigError, parse_config
 from guardrails.idle import decide
 from guardrails.rules.idle_reclaim import expected_series, idle_params, utilization
-from sandbox.emulator import FleetNode, fake_session, launch, publish
 
 DEFS = {k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()}
 # A short window keeps stock moto's per-query datapoint scan quick; the rules are the same.

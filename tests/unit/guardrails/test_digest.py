@@ -25,16 +25,16 @@ from typing import Any
 import pytest
 import structlog
 
+from coreburst.sandbox.clocks import FakeClock
 from guardrails import messages
-from guardrails.aws import Aws
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slack import PRIORITY_URGENT, Alert, Outbox
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import CycleReport, Daemon
 from guardrails.idle import Decision, Utilization
 from guardrails.model import Node
 from guardrails.rules import idle_reclaim
-from guardrails.slack import PRIORITY_URGENT, Alert, Outbox
-from guardrails.state import State
-from sandbox.clocks import FakeClock
+from guardrails.stores.sqlite import State
 from tests.unit.conftest import StoreOpener
 from tests.unit.guardrails.test_slack_limits import UNI, check_payload, section_text
 

@@ -22,11 +22,11 @@ from botocore.exceptions import ClientError
 from botocore.parsers import ResponseParserError
 from moto import mock_aws
 
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
+from coreburst.sandbox.emulator import fake_session, launch
 from guardrails import fastpath
-from guardrails.aws import Aws, SeriesRef, get_metric_data, inventory
+from guardrails.adapters.aws import Aws, SeriesRef, get_metric_data, inventory
 from guardrails.config import AwsConfig
-from sandbox.emulator import fake_session, launch
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "aws" / "describe_instances_p5.xml"
 
@@ -82,7 +82,7 @@ def _strip(resp: dict[str, Any]) -> dict[str, Any]:
 
 
 def _project(resp: dict[str, Any]) -> list[dict[str, Any]]:
-    """What guardrails.aws reads from a DescribeInstances answer."""
+    """What guardrails.adapters.aws reads from a DescribeInstances answer."""
     keep = [name for name, _ in fastpath.INSTANCE_FIELDS] + ["LaunchTime", "Tags"]
     rows = []
     for res in resp["Reservations"]:

@@ -3,7 +3,7 @@ hanging or slow Slack, fractional timeouts and a clock that ran ahead — each o
 stores (SQLite, and DynamoDB on moto in-process: ``open_store`` in tests/unit/conftest.py).
 
 Slack is reached through slack_sdk's real ``WebhookClient`` over loopback where timing
-matters: against the emulator's receiver (``sandbox.emulator.WebhookReceiver``, which
+matters: against the emulator's receiver (``coreburst.sandbox.emulator.WebhookReceiver``, which
 answers as an incoming webhook does, https://api.slack.com/messaging/webhooks), and against
 servers made up here that accept and never answer, or answer slowly.
 """
@@ -28,14 +28,14 @@ from typing import Any
 import pytest
 import structlog
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import WebhookReceiver
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slack import CLAIM_MARGIN_S, Alert, Outbox
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon, dead_local_holder, leader_id
-from guardrails.slack import CLAIM_MARGIN_S, Alert, Outbox
-from guardrails.state import State
-from guardrails.store import StateStore
-from sandbox.clocks import FakeClock
-from sandbox.emulator import WebhookReceiver
+from guardrails.stores.base import StateStore
+from guardrails.stores.sqlite import State
 
 T0 = datetime(2026, 5, 5, 12, tzinfo=UTC)
 LOG = structlog.get_logger("test")
@@ -436,7 +436,7 @@ def test_a_claim_taken_while_the_clock_ran_ahead_does_not_strand_the_row(
 _OPEN_AT = """
 import sys, time
 from pathlib import Path
-from guardrails.state import State
+from guardrails.stores.sqlite import State
 while time.time() < float(sys.argv[2]):
     time.sleep(0.0005)
 State(Path(sys.argv[1])).close()
@@ -472,7 +472,7 @@ def test_daemons_started_together_on_a_new_state_file_all_open_it(tmp_path: Path
 
 
 def test_a_state_file_from_before_claims_is_upgraded(tmp_path: Path) -> None:
-    from guardrails.state import SCHEMA
+    from guardrails.stores.sqlite import SCHEMA
 
     old = SCHEMA.replace(",\n  claimed_until REAL", "")
     assert old != SCHEMA

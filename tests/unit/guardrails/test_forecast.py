@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import fake_session, launch
 from guardrails import messages
-from guardrails.aws import Aws
+from guardrails.adapters.aws import Aws
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
 from guardrails.spend import accrue_since_launch, breach_time
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import fake_session, launch
+from guardrails.stores.sqlite import State
 
 P5 = 55.04
 DAY = datetime(2026, 12, 3, tzinfo=UTC)

@@ -1,6 +1,7 @@
-"""Test hooks live in the sandbox, not in guardrails: ``sandbox.hooks`` reads
+"""Test hooks live in the sandbox, not in guardrails: ``coreburst.sandbox.hooks`` reads
 ``COREBURST_TEST_HOOKS``/``COREBURST_CLOCK_*``/``COREBURST_TEST_PAUSE_AT`` and the harness
-``python -m sandbox.guardrails`` injects them into ``guardrails.cli.main``; guardrails itself
+``python -m coreburst.sandbox.guardrails`` injects them into ``guardrails.cli.main``; guardrails
+itself
 takes a clock and a pause callable and never reads those variables."""
 
 from __future__ import annotations
@@ -15,15 +16,15 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from coreburst.sandbox import hooks
+from coreburst.sandbox.clocks import FakeClock, OffsetClock
 from guardrails import cli
 from guardrails.actuator import PAUSE_POINTS
-from guardrails.aws import Aws
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slack import Alert
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.slack import Alert
-from guardrails.state import State
-from sandbox import hooks
-from sandbox.clocks import FakeClock, OffsetClock
+from guardrails.stores.sqlite import State
 
 ROOT = Path(__file__).parents[3]
 HOOK_VARS = ("COREBURST_TEST_HOOKS", "COREBURST_CLOCK_START", "COREBURST_CLOCK_SPEED")
@@ -80,7 +81,13 @@ def test_the_harness_refuses_a_bad_hook_in_one_line_exit_2(tmp_path: Path) -> No
         "COREBURST_CLOCK_SPEED": "fast",
     }
     r = subprocess.run(
-        [sys.executable, "-m", "sandbox.guardrails", "check-config", str(tmp_path / "g.yaml")],
+        [
+            sys.executable,
+            "-m",
+            "coreburst.sandbox.guardrails",
+            "check-config",
+            str(tmp_path / "g.yaml"),
+        ],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -76,7 +76,7 @@ def test_every_import_of_the_handler_is_packaged() -> None:
         for m in out
         if m not in sys.stdlib_module_names
         and not m.startswith("_")
-        and m not in {"guardrails", "common", *OPTIONAL}
+        and m not in {"guardrails", "coreburst", *OPTIONAL}
     }
     providers = md.packages_distributions()
     packaged = _closure(lambda_requirements())
@@ -118,7 +118,7 @@ def _tree(tmp_path: Path) -> Path:
     root.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(ROOT / name, root / name)
-    for pkg in ("coreburst", "common", "guardrails", "infra", "policies", "onprem", "tco"):
+    for pkg in ("coreburst", "guardrails", "infra", "policies"):
         shutil.copytree(ROOT / pkg, root / pkg, ignore=shutil.ignore_patterns("__pycache__"))
     return root
 
@@ -157,7 +157,7 @@ def test_builds_when_missing_reuses_when_fresh_rebuilds_when_stale(tmp_path: Pat
     assert len(pip.calls) == 3
 
     # Any file of the wheel counts, not only the daemon's: common/ ships in it too.
-    catalog = root / "common" / "data" / "catalog.yaml"
+    catalog = root / "coreburst" / "common" / "data" / "catalog.yaml"
     catalog.write_text(catalog.read_text() + "\n# changed\n")
     ensure_lambda_package(dest, root=root, install=pip)
     assert len(pip.calls) == 4

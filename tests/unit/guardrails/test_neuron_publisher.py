@@ -3,7 +3,8 @@
 neuron-monitor only reports the NeuronCores a running Neuron application holds (AWS Neuron docs,
 "Neuron Monitor User Guide": ``neuroncores_in_use`` lists the cores in use by each runtime in
 ``neuron_runtime_data``, which is empty with no application running). The node-side publisher
-(common/neuron_report.py, copied onto the node by infra/userdata.py) therefore publishes every
+(coreburst/common/neuron_report.py, copied onto the node by infra/userdata.py) therefore publishes
+every
 logical NeuronCore (0 % where no application holds one) and a heartbeat, so "no job" reads as
 idle and "publisher dead" as blind.
 
@@ -27,10 +28,11 @@ from typing import Any
 import pytest
 from moto import mock_aws
 
-import common.neuron_report as nr
-from common.catalog import load_catalog
-from common.telemetry import PUBLISHER_HEARTBEATS, UTILIZATION_METRICS
-from guardrails.aws import Aws, inventory
+import coreburst.common.neuron_report as nr
+from coreburst.common.catalog import load_catalog
+from coreburst.common.telemetry import PUBLISHER_HEARTBEATS, UTILIZATION_METRICS
+from coreburst.sandbox.emulator import fake_session, launch
+from guardrails.adapters.aws import Aws, inventory
 from guardrails.config import parse_config
 from guardrails.idle import decide
 from guardrails.rules.idle_reclaim import idle_params, utilization
@@ -40,7 +42,6 @@ from infra.userdata import (
     neuron_publisher_source,
     render_user_data,
 )
-from sandbox.emulator import fake_session, launch
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "neuron"
 NEURON = UTILIZATION_METRICS["neuron"]
@@ -240,7 +241,7 @@ def test_a_dead_publisher_reads_as_blind_never_idle(stopped: timedelta | None) -
 
 
 def test_a_metric_someone_else_publishes_needs_no_heartbeat() -> None:
-    from guardrails.aws import heartbeat_refs
+    from guardrails.adapters.aws import heartbeat_refs
     from guardrails.config import MetricConfig
 
     nodes = [object()]

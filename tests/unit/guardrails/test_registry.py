@@ -23,12 +23,12 @@ import botocore.session
 import pytest
 from moto import mock_aws
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.aws import Aws
 from guardrails.config import RULE_NAMES, BudgetRelayConfig, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.state import State
-from sandbox.clocks import FakeClock
+from guardrails.stores.sqlite import State
 
 ROOT = Path(__file__).resolve().parents[3]
 BUDGETS_TEXT = """AWS Budget Notification December 02, 2026

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
+from coreburst.sandbox.clocks import OffsetClock
 from guardrails import cli
 from guardrails.cli import app
 from guardrails.daemon import CycleReport, Daemon
-from sandbox.clocks import OffsetClock
 
 
 def test_bad_edit_keeps_last_good_config_and_good_edit_applies(
@@ -64,11 +64,11 @@ def test_a_reload_rebuilds_what_the_config_built(
     import boto3
     from moto import mock_aws
 
-    from guardrails.aws import Aws
+    from coreburst.sandbox.clocks import FakeClock
+    from coreburst.sandbox.emulator import WebhookReceiver, launch
+    from guardrails.adapters.aws import Aws
     from guardrails.config import parse_config
-    from guardrails.state import State
-    from sandbox.clocks import FakeClock
-    from sandbox.emulator import WebhookReceiver, launch
+    from guardrails.stores.sqlite import State
 
     for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
         monkeypatch.delenv(var, raising=False)

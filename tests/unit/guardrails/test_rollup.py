@@ -37,23 +37,23 @@ import pytest
 from moto import mock_aws
 from moto.cloudwatch import models
 
-import common.neuron_report as nr
-from common.catalog import load_catalog
-from common.telemetry import (
+import coreburst.common.neuron_report as nr
+from coreburst.common.catalog import load_catalog
+from coreburst.common.telemetry import (
     PUBLISHER_HEARTBEATS,
     ROLLUP_STATS,
     UTILIZATION_METRICS,
     cloudwatch_agent_config,
 )
-from guardrails.aws import Aws, SeriesCache, fetch_rollups, inventory
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
+from guardrails.adapters.aws import Aws, SeriesCache, fetch_rollups, inventory
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
 from guardrails.idle import IdleParams, PeriodStat, assess_rollup
 from guardrails.rules.idle_reclaim import per_device_stats, utilization
-from guardrails.state import State
+from guardrails.stores.sqlite import State
 from infra.userdata import neuron_publisher_command, neuron_publisher_source
-from sandbox.clocks import FakeClock
-from sandbox.emulator import FleetNode, fake_session, launch, publish
 
 ROOT = Path(__file__).parents[3]
 GPU = UTILIZATION_METRICS["nvidia"]

@@ -24,15 +24,15 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import launch
+from guardrails.adapters.aws import Aws
 from guardrails.cli import app
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.state import State
+from guardrails.stores.sqlite import State
 from infra.offline import evaluate_config, load_stack_yaml
-from sandbox.clocks import FakeClock
-from sandbox.emulator import launch
 
 SPEND_EGRESS_ONLY = {
     "ce:GetCostAndUsage",

@@ -18,13 +18,13 @@ import pytest
 import structlog
 from botocore.exceptions import ClientError
 
-from guardrails.aws import Aws
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import launch
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slack import Alert, Outbox
 from guardrails.config import SlackConfig, parse_config
 from guardrails.daemon import Daemon
-from guardrails.slack import Alert, Outbox
-from guardrails.store import StateStore
-from sandbox.clocks import FakeClock
-from sandbox.emulator import launch
+from guardrails.stores.base import StateStore
 
 T0 = datetime(2026, 5, 5, 12, tzinfo=UTC)
 Make = Callable[..., Daemon]

@@ -7,12 +7,12 @@ from datetime import timedelta
 import pytest
 from moto import mock_aws
 
-from common.catalog import load_catalog
-from common.telemetry import UTILIZATION_METRICS
-from guardrails.aws import Aws, SeriesCache, fetch_utilization, inventory
+from coreburst.common.catalog import load_catalog
+from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
+from guardrails.adapters.aws import Aws, SeriesCache, fetch_utilization, inventory
 from guardrails.config import AwsConfig, IdleConfig
 from guardrails.idle import IdleParams, assess_utilization
-from sandbox.emulator import FleetNode, fake_session, launch, publish
 
 DEFS = {k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()}
 

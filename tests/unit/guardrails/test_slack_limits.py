@@ -26,15 +26,15 @@ from prometheus_client import generate_latest
 from slack_sdk.errors import SlackObjectFormationError
 from slack_sdk.models.blocks import Block
 
-from common.telemetry import UTILIZATION_METRICS
-from guardrails.aws import Aws
+from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
+from guardrails.adapters.aws import Aws
+from guardrails.adapters.slack import Alert, Outbox, clip, fit_lines
 from guardrails.config import BudgetRelayConfig, SlackConfig, parse_config
 from guardrails.daemon import Daemon
 from guardrails.metrics import Metrics
-from guardrails.slack import Alert, Outbox, clip, fit_lines
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
+from guardrails.stores.sqlite import State
 
 BLOCK_KIT = "https://api.slack.com/reference/block-kit/blocks"
 METRIC_DEFS = {

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
 from guardrails.egress import GB, project_egress, spike
 from guardrails.spend import accrue, crossed, lustre_usd_per_hour, project
 

@@ -18,14 +18,14 @@ import pytest
 from moto import mock_aws
 from typer.testing import CliRunner
 
-from common.catalog import load_catalog
-from guardrails.aws import Aws
+from coreburst.common.catalog import load_catalog
+from coreburst.sandbox.clocks import FakeClock
+from coreburst.sandbox.emulator import fake_session, launch
+from guardrails.adapters.aws import Aws
 from guardrails.cli import app
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
-from guardrails.state import State
-from sandbox.clocks import FakeClock
-from sandbox.emulator import fake_session, launch
+from guardrails.stores.sqlite import State
 
 
 def config_text(tmp_path: Path, scopes: str) -> str:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from common.catalog import CatalogError, load_catalog, parse_catalog
+from coreburst.common.catalog import CatalogError, load_catalog, parse_catalog
 from infra.efa import efa_layout
 
 CAT = load_catalog()
@@ -24,7 +24,7 @@ def test_required_types_with_facts() -> None:
 def test_every_figure_has_a_known_source_and_date() -> None:
     import yaml
 
-    doc = yaml.safe_load(Path("common/data/catalog.yaml").read_text())
+    doc = yaml.safe_load(Path("coreburst/common/data/catalog.yaml").read_text())
     figures: list[dict[str, object]] = []
 
     def walk(node: object) -> None:

@@ -108,7 +108,7 @@ def test_cluster_az_differs_from_reservation_az(prod_config: dict[str, Any]) -> 
 
 
 def test_efa_on_a_type_without_efa(dev_config: dict[str, Any], monkeypatch: Any) -> None:
-    from common.catalog import IntFigure, load_catalog
+    from coreburst.common.catalog import IntFigure, load_catalog
 
     cat = load_catalog()
     p4d = cat.instances["p4d.24xlarge"]
@@ -342,7 +342,7 @@ def test_every_float_field_of_the_stack_config_is_finite() -> None:
 def test_a_burst_section_is_accepted_and_declares_only_the_node_join(
     dev_config: dict[str, Any],
 ) -> None:
-    """`coreburst:burst` belongs to `coreburst burst slurm-conf` (burst/config.py), except
+    """`coreburst:burst` belongs to `coreburst burst slurm-conf` (coreburst/burst/config.py), except
     `node` (infra/config.py BurstNode): `pulumi up` passes the controller-side keys through and
     declares only what burst nodes read to join Slurm (tests/unit/infra/test_userdata_burst.py)."""
     plain = evaluate_config("dev", dev_config)

@@ -297,7 +297,7 @@ def test_trust_and_resource_policies_name_their_source(prod_stack: Any) -> None:
 
 
 def test_state_table_expires_snapshots_and_the_role_may_prune(prod_stack: Any) -> None:
-    from guardrails.state_dynamo import TTL_ATTRIBUTE
+    from guardrails.stores.dynamodb import TTL_ATTRIBUTE
 
     table = prod_stack.named("guardrails-state").inputs
     assert table["ttl"] == {"attributeName": TTL_ATTRIBUTE, "enabled": True}

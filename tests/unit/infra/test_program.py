@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
 from infra.offline import Evaluation, evaluate_config
 
 CAT = load_catalog()

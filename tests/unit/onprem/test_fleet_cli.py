@@ -12,9 +12,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from onprem.cli import app
-from onprem.fleet import Fleet, FleetError, inventory_names, load_fleet, render_inventory
-from onprem.runner import EventTracker, HostReport, RunOutcome, check_limit, summary_table
+from coreburst.onprem.cli import app
+from coreburst.onprem.fleet import Fleet, FleetError, inventory_names, load_fleet, render_inventory
+from coreburst.onprem.runner import EventTracker, HostReport, RunOutcome, check_limit, summary_table
 
 ROOT = Path(__file__).resolve().parents[3]
 FLEET = ROOT / "ansible" / "fleet.example.yml"
@@ -219,7 +219,7 @@ def test_live_progress_shows_each_host() -> None:
 
     from rich.console import Console
 
-    from onprem.runner import _progress
+    from coreburst.onprem.runner import _progress
 
     buf = io.StringIO()
     console = Console(file=buf, width=120, force_terminal=False)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from onprem import parsers as p
+from coreburst.onprem import parsers as p
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "onprem"
 HCAS = [{"name": f"mlx5_{i}", "rate": 400} for i in range(8)]

@@ -9,10 +9,11 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from common.catalog import load_catalog
 from coreburst.cli import app
+from coreburst.common.catalog import load_catalog
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "preview"
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures" / "preview"
 CAT = load_catalog()
 H = CAT.hours_per_month  # 730
 GP3 = CAT.ebs_gp3_usd_per_gb_month.value  # 0.08
@@ -75,7 +76,12 @@ def test_totals_equal_the_catalog_arithmetic(stack: str, expected: Any) -> None:
     doc = as_json("-s", stack)
     assert doc["totals"]["monthlyUsd"] == pytest.approx(expected(), abs=0.01)
     assert sum(x["monthlyUsd"] for x in doc["lines"]) == pytest.approx(expected(), abs=0.05)
-    assert doc["policies"] == {"checked": 17, "passed": True, "violations": []}
+    assert doc["policies"] == {
+        "checked": 17,
+        "config": str(ROOT / "policies" / "config" / f"{stack}.json"),
+        "passed": True,
+        "violations": [],
+    }
 
 
 def test_json_lines_are_per_resource() -> None:
@@ -185,7 +191,8 @@ def test_malformed_preview_json(name: str, message: str) -> None:
 def test_unknown_stack() -> None:
     result = invoke("-s", "nope")
     assert result.exit_code == 2
-    assert result.stderr.startswith("error: no stack 'nope': Pulumi.nope.yaml not found (known: ")
+    assert result.stderr.startswith("error: no stack 'nope': Pulumi.nope.yaml not found in ")
+    assert "(known: burst, dev, prod); run from the directory holding" in result.stderr
     assert result.stderr.count("\n") == 1
     compare = invoke("-s", "dev", "--compare", "nope")
     assert compare.exit_code == 2

@@ -4,7 +4,7 @@ node-hour, per pool, with the largest projection the spend gate can be asked to 
 instead of showing the GPU nodes at $0. Prices are worked out here by hand from the catalog.
 
 The stack and guardrails.yaml below are made up for these tests; their keys follow
-infra/config.py (StackConfig, BurstSection), burst/config.py (BurstSettings) and
+infra/config.py (StackConfig, BurstSection), coreburst/burst/config.py (BurstSettings) and
 guardrails/config.py (spend.scopes, burst_reconcile.spend_scope).
 """
 
@@ -19,7 +19,7 @@ import pytest
 import yaml
 from rich.console import Console
 
-from common.catalog import load_catalog
+from coreburst.common.catalog import load_catalog
 from coreburst.plan import BURST_NOTE, build_report, print_table, to_json, to_markdown
 from infra.config import StackConfigError
 from infra.cost import estimate_stack, totals
@@ -161,7 +161,7 @@ def test_no_warning_when_the_largest_job_fits_the_limits(tmp_path: Path) -> None
 
 def test_a_bad_burst_setting_is_one_line(tmp_path: Path) -> None:
     """A key only the Slurm side reads (infra's BurstSection lets it through) is still checked:
-    the plan stops with burst/config.py's one-line message (the CLI prints it, exit 2)."""
+    the plan stops with coreburst/burst/config.py's one-line message (the CLI prints it, exit 2)."""
     cfg = _burst_config(tmp_path)
     cfg["coreburst:burst"]["maxTime"] = "a week"
     _write(tmp_path, "bx", cfg)

@@ -13,8 +13,9 @@ import pytest
 from boto3.dynamodb.conditions import Key
 from moto import mock_aws
 
-from guardrails.state import State
-from guardrails.state_dynamo import DynamoState, create_table
+from guardrails.stores.dynamodb import DynamoState, create_table
+from guardrails.stores.sqlite import State
+from tests.unit.conftest import atomic_moto_requests
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 
@@ -29,6 +30,9 @@ def opener(
         return
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # DynamoDB's conditional writes are atomic; moto's in-process ones are not (1 run in 5 of
+    # the racing test let two threads win): one lock per emulated request, as open_store does.
+    atomic_moto_requests(monkeypatch)
     with mock_aws():
         ddb = boto3.resource("dynamodb", region_name="us-east-1")
         table = create_table(ddb, "coreburst-state")
@@ -162,7 +166,7 @@ def test_leader_lease(store: Any) -> None:
 def test_both_stores_implement_the_store_interface(store: Any) -> None:
     """mypy checks the signatures (the daemon and the Lambda handler are typed against
     ``StateStore``); this checks at run time that no member is missing on either store."""
-    from guardrails.store import StateStore
+    from guardrails.stores.base import StateStore
 
     assert isinstance(store, StateStore)
     members = [m for m in vars(StateStore) if not m.startswith("_")]
@@ -190,10 +194,13 @@ def test_dynamodb_snapshots_carry_a_ttl_and_the_table_enforces_it(
     """DynamoDB deletes an item once the TTL attribute, a Number of epoch seconds, is in the
     past ("Using time to live (TTL) in DynamoDB", https://docs.aws.amazon.com/amazondynamodb/
     latest/developerguide/TTL.html) — the backstop when the hourly prune cannot run."""
-    from guardrails.state_dynamo import TTL_ATTRIBUTE
+    from guardrails.stores.dynamodb import TTL_ATTRIBUTE
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # DynamoDB's conditional writes are atomic; moto's in-process ones are not (1 run in 5 of
+    # the racing test let two threads win): one lock per emulated request, as open_store does.
+    atomic_moto_requests(monkeypatch)
     with mock_aws():
         ddb = boto3.resource("dynamodb", region_name="us-east-1")
         table = create_table(ddb, "coreburst-state")
@@ -228,10 +235,13 @@ def test_dynamodb_last_alert_reads_one_item_not_the_outbox(
     """Each enqueue asks ``last_alert`` (the alert's cooldown). It used to read the whole
     outbox partition, so 400 alerts cost 400 full reads (123 s on moto). Now one GetItem per
     call, and a table written before the per-key items existed is indexed once."""
-    from guardrails.state_dynamo import ALERT_LAST, ALERT_LAST_INDEXED
+    from guardrails.stores.dynamodb import ALERT_LAST, ALERT_LAST_INDEXED
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # DynamoDB's conditional writes are atomic; moto's in-process ones are not (1 run in 5 of
+    # the racing test let two threads win): one lock per emulated request, as open_store does.
+    atomic_moto_requests(monkeypatch)
     with mock_aws():
         ddb = boto3.resource("dynamodb", region_name="us-east-1")
         table = create_table(ddb, "coreburst-state")
@@ -275,10 +285,13 @@ def test_dynamodb_outbox_reads_only_pending_rows(tmp_path: Path, monkeypatch: An
     whole partition each cycle grows without end. ``due`` and ``outbox_depth`` read a ref per
     pending row; a sent or given-up row drops its ref in the same transaction. A table from
     before the refs is indexed once."""
-    from guardrails.state_dynamo import OUTBOX_PENDING, OUTBOX_PENDING_INDEXED
+    from guardrails.stores.dynamodb import OUTBOX_PENDING, OUTBOX_PENDING_INDEXED
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    # DynamoDB's conditional writes are atomic; moto's in-process ones are not (1 run in 5 of
+    # the racing test let two threads win): one lock per emulated request, as open_store does.
+    atomic_moto_requests(monkeypatch)
     with mock_aws():
         ddb = boto3.resource("dynamodb", region_name="us-east-1")
         table = create_table(ddb, "coreburst-state")

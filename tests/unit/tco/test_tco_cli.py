@@ -7,9 +7,9 @@ import matplotlib.image as mpimg
 import pytest
 from typer.testing import CliRunner
 
-from tco.cli import app
+from coreburst.tco.cli import app
 
-EXAMPLES = Path(__file__).parents[3] / "tco" / "examples"
+EXAMPLES = Path(__file__).parents[3] / "coreburst" / "tco" / "examples"
 runner = CliRunner()
 BASE = ["--gpus", "8", "--utilization", "50", "--utilization-basis", "measured"]
 
@@ -214,7 +214,7 @@ def test_fast_core_sizing_equals_the_hour_by_hour_sum() -> None:
     """size_core (prefix sums) against cost_of_core (the plain per-hour loop) for each size."""
     import random
 
-    from tco.demand import CoreCosts, cost_of_core, size_core
+    from coreburst.tco.demand import CoreCosts, cost_of_core, size_core
 
     rng = random.Random(12)
     costs = CoreCosts(8, 10.0, 3.0, 0.3, 60.0)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tco.demand import DemandError, parse_demand_csv
+from coreburst.tco.demand import DemandError, parse_demand_csv
 
 
 def test_series_is_bucketed_by_hour() -> None:

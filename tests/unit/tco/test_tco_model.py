@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from common.catalog import load_catalog
-from tco.demand import parse_demand_csv
-from tco.model import Scenario, analyse
-from tco.rules import rule_of_thumb
+from coreburst.common.catalog import load_catalog
+from coreburst.tco.demand import parse_demand_csv
+from coreburst.tco.model import Scenario, analyse
+from coreburst.tco.rules import rule_of_thumb
 
 H = 730  # hours per month, as the catalog states (asserted below)
 

@@ -1,3 +1,0 @@
-from burst.cli import main
-
-main()

@@ -1,0 +1,3 @@
+from coreburst.burst.cli import main
+
+main()

@@ -1,0 +1,280 @@
+"""``coreburst burst``: Slurm configuration and power programs for burst nodes.
+
+$ coreburst burst slurm-conf --stack prod --out /etc/slurm/coreburst
+$ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
+$ coreburst burst suspend 'p5-[1-4]' --stack prod
+$ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
+$ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shlex
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from coreburst.burst.config import BurstStack, load_burst_stack
+from coreburst.burst.power import (
+    Audit,
+    Power,
+    PowerInputError,
+    Scontrol,
+    resume_file_from_env,
+)
+from coreburst.burst.slurmconf import (
+    render_gres,
+    render_program,
+    render_slurm_include,
+    reservation_commands,
+)
+from coreburst.common.catalog import CatalogError
+from infra.config import StackConfigError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Overflow the on-prem Slurm queue to AWS: Slurm config and power programs.",
+)
+
+StackOpt = Annotated[str, typer.Option("--stack", "-s", help="Pulumi stack name.")]
+StackDirOpt = Annotated[
+    Path, typer.Option("--stack-dir", help="Directory holding Pulumi.<stack>.yaml.")
+]
+# Stacks are read from the current directory unless --stack-dir names another (as `pulumi`).
+HERE = Path(".")
+HostlistArg = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. p5-[1-4].")]
+
+
+def _escaped(text: str) -> str:
+    """``text`` with what is not UTF-8 written as ``\\xNN``: Python decodes such argv bytes
+    to lone surrogates (PEP 383), which neither a UTF-8 log file nor a terminal can take."""
+    try:
+        raw = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte (e.g. from JSON)
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return raw.decode("utf-8", "backslashreplace")
+
+
+def _fail(msg: str) -> typer.Exit:
+    typer.echo(f"error: {msg}", err=True)
+    return typer.Exit(2)
+
+
+def _stack(stack: str, stack_dir: Path) -> BurstStack:
+    try:
+        return load_burst_stack(stack, stack_dir)
+    except (StackConfigError, CatalogError) as exc:
+        raise _fail(str(exc)) from None
+
+
+@app.command("slurm-conf")
+def slurm_conf(
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Write burst.conf, gres-burst.conf, reservations.sh and the programs "
+            "here instead of printing."
+        ),
+    ] = None,
+    cli: Annotated[
+        str, typer.Option(help="Command the rendered programs run (before 'resume ...').")
+    ] = "coreburst burst",
+    env_file: Annotated[
+        str, typer.Option(help="Shell file the programs source first (export AWS_... there).")
+    ] = "/etc/coreburst/burst.env",
+) -> None:
+    """Render the burst side of slurm.conf (an Include) and gres.conf from the stack."""
+    s = _stack(stack, stack_dir)
+    include = render_slurm_include(s)
+    gres = render_gres(s)
+    resv = reservation_commands(s, datetime.now(UTC))
+    resv_sh = "#!/bin/sh\n# Hold Capacity Block nodes outside their block.\nset -e\n" + "".join(
+        f"{c}\n" for c in resv
+    )
+    if out is None:
+        typer.echo("# ===== slurm.conf include =====")
+        typer.echo(include, nl=False)
+        typer.echo("# ===== gres.conf =====")
+        typer.echo(gres, nl=False)
+        typer.echo("# ===== reservations (run once on the controller) =====")
+        typer.echo(resv_sh, nl=False)
+        return
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "burst.conf").write_text(include)
+        (out / "gres-burst.conf").write_text(gres)
+        (out / "reservations.sh").write_text(resv_sh)
+        (out / "reservations.sh").chmod(0o755)
+        argv = shlex.split(cli)
+        programs = {
+            "resume": s.settings.resume_program,
+            "suspend": s.settings.suspend_program,
+            "resume-fail": s.settings.resume_fail_program,
+        }
+        for kind, target in programs.items():
+            p = out / Path(target).name
+            p.write_text(render_program(kind, s, argv, str(stack_dir.resolve()), env_file))
+            p.chmod(0o755)
+    except OSError as exc:
+        raise _fail(f"cannot write {out}: {exc.strerror}") from None
+    typer.echo(f"wrote {out}: burst.conf, gres-burst.conf, reservations.sh and 3 programs")
+
+
+def _setup_logs(s: BurstStack) -> Audit:
+    try:
+        for p in (s.settings.log_file, s.settings.audit_log):
+            p.parent.mkdir(parents=True, exist_ok=True)
+        # backslashreplace: a record is never lost to "--- Logging error ---" on stderr.
+        handler = logging.FileHandler(
+            s.settings.log_file, encoding="utf-8", errors="backslashreplace"
+        )
+        with s.settings.audit_log.open("a", encoding="utf-8"):
+            pass
+    except OSError as exc:
+        raise _fail(f"cannot write the burst logs ({exc.filename}): {exc.strerror}") from None
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    logger = logging.getLogger("coreburst.burst")
+    logger.handlers[:] = [handler]
+    logger.setLevel(logging.INFO)
+    return Audit(s.settings.audit_log)
+
+
+def _power(stack: str, stack_dir: Path) -> Power:
+    import boto3  # imported here: slurm-conf needs no AWS SDK start-up
+
+    s = _stack(stack, stack_dir)
+    audit = _setup_logs(s)
+    ec2 = boto3.session.Session(region_name=s.config.region).client("ec2")
+    return Power(s, ec2, Scontrol(), audit)
+
+
+def _run(program: str, power: Power, action: str, hostlist: str) -> None:
+    log = logging.getLogger("coreburst.burst.power")
+    shown = _escaped(hostlist)
+    try:
+        if shown != hostlist:
+            raise PowerInputError(
+                f"hostlist '{shown}' is not UTF-8: Slurm node names are letters, digits and "
+                ". _ - (e.g. p5-[1-4]); check the NodeName lines slurmctld reads"
+            )
+        if action == "resume":
+            result = power.resume(hostlist, resume_file_from_env())
+            if result.failed:
+                raise typer.Exit(1)
+        else:
+            power.terminate(hostlist, action)
+    except PowerInputError as exc:
+        # Slurm discards stderr: the log file is where an operator finds the rejection.
+        msg = _escaped(str(exc))
+        log.error("%s %s: %s", program, shown, msg)
+        power.audit(f"{action}.rejected", hostlist=shown[:200], error=msg)
+        raise _fail(msg) from None
+    except typer.Exit:
+        raise
+    except Exception as exc:  # Slurm discards stderr: the log must say what went wrong.
+        log.exception("%s %s failed", program, shown)
+        power.audit(f"{action}.error", hostlist=shown[:200], error=type(exc).__name__)
+        typer.echo(_escaped(f"error: {program}: {type(exc).__name__}: {exc}"), err=True)
+        raise typer.Exit(1) from None
+
+
+@app.command()
+def resume(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
+    """ResumeProgram: launch instances for the nodes (reads SLURM_RESUME_FILE)."""
+    _run("resume", _power(stack, stack_dir), "resume", hostlist)
+
+
+@app.command()
+def suspend(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
+    """SuspendProgram: terminate the nodes' instances."""
+    _run("suspend", _power(stack, stack_dir), "suspend", hostlist)
+
+
+@app.command("resume-fail")
+def resume_fail(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
+    """ResumeFailProgram: a node did not register in ResumeTimeout; terminate its instance."""
+    _run("resume-fail", _power(stack, stack_dir), "resume-fail", hostlist)
+
+
+@app.command("iam-policy")
+def iam_policy(
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    account: Annotated[
+        str, typer.Option(help="The stack's 12-digit AWS account id; * when not given.")
+    ] = "*",
+) -> None:
+    """Print the least-privilege IAM policy (JSON) for the controller host's AWS credentials: what resume, suspend and resume-fail call, on this stack's resources only."""  # noqa: E501
+    from coreburst.burst.iam import controller_policy
+
+    s = _stack(stack, stack_dir)
+    try:
+        doc = controller_policy(s, account=account)
+    except ValueError as exc:
+        raise _fail(f"--account: {exc}") from None
+    typer.echo(json.dumps(doc, indent=2))
+
+
+@app.command("release-hold")
+def release_hold(
+    pool: Annotated[str, typer.Argument(help="The pool (cluster) name, e.g. od.")],
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    reason: Annotated[str, typer.Option(help="Why, for the audit log.")] = "",
+) -> None:
+    """Lift the capacity backoff and protected mode on a burst pool now; it stays lifted until the pool fails again (audited as operator.released).
+
+    The burst-reconcile rule counts only the pool's failures after this release."""  # noqa: E501
+    import getpass
+    import os
+
+    from guardrails.rules.burst_reconcile import (
+        BACKOFF_PREFIX,
+        OPERATOR_RELEASED,
+        PROTECT_PREFIX,
+    )
+
+    s = _stack(stack, stack_dir)
+    pools = sorted({c.name for c in s.config.clusters})
+    if pool not in pools:
+        raise _fail(f"no pool {pool!r} in stack {stack} (its pools: {', '.join(pools)})")
+    audit = _setup_logs(s)
+    log = logging.getLogger("coreburst.burst.power")
+    slurm = Scontrol()
+    try:
+        names = [
+            line.split()[0].partition("=")[2]
+            for line in slurm.scontrol("-o", "show", "reservation").splitlines()
+            if line.startswith("ReservationName=")
+        ]
+        mine = [
+            n
+            for n in names
+            if n.startswith(f"{BACKOFF_PREFIX}{pool}-") or n == PROTECT_PREFIX + pool
+        ]
+        for name in mine:
+            slurm.scontrol("delete", f"ReservationName={name}")
+    except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
+        raise _fail(f"scontrol: {exc}") from None
+    who = os.environ.get("SUDO_USER") or getpass.getuser()
+    audit(OPERATOR_RELEASED, pool=pool, reservations=mine, by=who, reason=_escaped(reason))
+    log.warning("pool %s released by %s (%s): %s", pool, who, reason or "-", mine or "no hold")
+    if mine:
+        typer.echo(f"released pool {pool}: deleted {', '.join(mine)}")
+    else:
+        typer.echo(f"pool {pool} had no backoff or protected-mode hold; earlier failures forgiven")
+
+
+def main() -> None:
+    app(prog_name="coreburst burst")
+
+
+if __name__ == "__main__":
+    main()

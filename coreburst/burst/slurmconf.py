@@ -1,0 +1,257 @@
+"""The burst side of slurm.conf and gres.conf, rendered from the stack.
+
+Each cluster of the stack becomes a set of ``State=CLOUD`` nodes (``<cluster>-<n>``, one per
+node the cluster may run) with the CPUs, memory and GPUs of its instance type from the
+catalog; slurmctld powers them up through the resume program and down after ``SuspendTime``.
+Policy is written the way Slurm applies it:
+
+* pools are ordered with partitions, not ``Weight`` (Weight does not order powered-down nodes
+  the way one expects): the core partition first, then ``burst`` (on-demand and reserved
+  capacity), ``spot`` and ``block`` (Capacity Blocks) at a lower ``PriorityTier``; users
+  submit ``-p core,burst`` to overflow, low-priority work ``-p core,spot``;
+* burst partitions cap ``MaxTime`` (the seed rule: runs over a week stay on-prem);
+* Capacity Block nodes are held in a maintenance reservation until the block starts.
+
+    >>> from coreburst.burst.config import parse_burst
+    >>> stack = parse_burst("dev", {
+    ...     "aws:region": "us-east-1", "coreburst:availabilityZone": "us-east-1a",
+    ...     "coreburst:tags": {"team": "t", "project": "p", "costCenter": "c",
+    ...                        "environment": "dev"},
+    ...     "coreburst:budget": {"monthlyUsd": 1000},
+    ...     "coreburst:clusters": [{"name": "p5", "instanceType": "p5.48xlarge", "nodes": 2,
+    ...                             "capacity": {"model": "spot"}}],
+    ...     "coreburst:burst": {"coreNodes": "dgx[1-2]"}})
+    >>> [s.hostlist for s in node_sets(stack)]
+    ['p5-[1-2]']
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from coreburst.burst.config import BurstStack
+from coreburst.burst.hostlist import compress
+from coreburst.common.catalog import Catalog, load_catalog
+
+# Slurm's largest TreeWidth: slurmctld talks to each cloud node directly, since nodes that are
+# powered down cannot forward messages (Slurm's "Cloud Scheduling Guide").
+TREE_WIDTH = 65533
+BURST_PRIORITY_TIER = 1
+# The site's core partition should sit above this (PriorityTier=10 in tests/integration/burst).
+CORE_PRIORITY_TIER_MIN = BURST_PRIORITY_TIER + 1
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    cluster: str
+    instance_type: str
+    market: str  # on-demand | spot | capacity-reservation | capacity-block
+    names: tuple[str, ...]
+    cpus: int
+    real_memory_mb: int
+    gpus: int
+    gpu_type: str | None
+    features: tuple[str, ...]
+    partition: str
+
+    @property
+    def hostlist(self) -> str:
+        return compress(self.names)
+
+
+def node_names(cluster: str, count: int) -> list[str]:
+    return [f"{cluster}-{i}" for i in range(1, count + 1)]
+
+
+def node_sets(stack: BurstStack, catalog: Catalog | None = None) -> list[NodeSet]:
+    """One set of cloud nodes per cluster with at least one node, in stack order."""
+    catalog = catalog or load_catalog()
+    s = stack.settings
+    out = []
+    for c in stack.config.clusters:
+        if c.nodes == 0:
+            continue
+        facts = catalog.instance(c.instance_type)
+        acc = facts.accelerator
+        market = c.capacity.model
+        partition = {
+            "spot": s.spot_partition,
+            "capacity-block": s.block_partition,
+        }.get(market, s.burst_partition)
+        gpu_type = acc.model.lower() if acc.kind == "nvidia" else None
+        features = (
+            "burst",
+            market,
+            c.instance_type,
+            acc.model.lower(),
+            acc.kind,
+            c.name,
+        )
+        out.append(
+            NodeSet(
+                cluster=c.name,
+                instance_type=c.instance_type,
+                market=market,
+                names=tuple(node_names(c.name, c.nodes)),
+                cpus=facts.vcpus,
+                real_memory_mb=int(facts.memory_gib * 1024 * s.memory_fraction),
+                gpus=acc.count if gpu_type else 0,
+                gpu_type=gpu_type,
+                features=features,
+                partition=partition,
+            )
+        )
+    return out
+
+
+def node_set_of(stack: BurstStack, catalog: Catalog | None = None) -> dict[str, NodeSet]:
+    """Node name -> its set (the power programs' map from a Slurm node to a cluster)."""
+    return {n: ns for ns in node_sets(stack, catalog) for n in ns.names}
+
+
+def _node_lines(ns: NodeSet, port_of: dict[str, int]) -> list[str]:
+    common = f"CPUs={ns.cpus} RealMemory={ns.real_memory_mb}"
+    if ns.gpus:
+        common += f" Gres=gpu:{ns.gpu_type}:{ns.gpus}"
+    common += f" Features={','.join(dict.fromkeys(ns.features))} State=CLOUD"
+    if not port_of:
+        return [f"NodeName={ns.hostlist} {common}"]
+    return [f"NodeName={n} Port={port_of[n]} {common}" for n in ns.names]
+
+
+def render_slurm_include(stack: BurstStack, catalog: Catalog | None = None) -> str:
+    """The text to ``Include`` from the site's slurm.conf, after its own nodes and partitions."""
+    s = stack.settings
+    sets = node_sets(stack, catalog)
+    port_of: dict[str, int] = {}
+    if s.slurmd_port_base is not None:
+        names = [n for ns in sets for n in ns.names]
+        port_of = {n: s.slurmd_port_base + i for i, n in enumerate(names)}
+    params = [
+        "idle_on_node_suspend",
+        f"power_save_interval={s.power_save_interval}",
+        "power_save_min_interval=0",
+    ]
+    if s.node_address == "registration":
+        params.append("cloud_reg_addrs")
+    if s.node is not None and s.node.conf_mode == "configless":
+        # slurm.conf(5): burst nodes started with --conf-server fetch their config from
+        # slurmctld only with enable_configless; this line replaces the site's own value.
+        params.append("enable_configless")
+    lines = [
+        f"# coreburst burst nodes for stack {stack.name!r} (coreburst burst slurm-conf).",
+        "# Generated: edit Pulumi.<stack>.yaml (coreburst:clusters, coreburst:burst), not this.",
+        "# SlurmctldParameters replaces any earlier value: merge the site's own entries here.",
+        "# ---- power saving ----",
+        f"ResumeProgram={s.resume_program}",
+        f"SuspendProgram={s.suspend_program}",
+        f"ResumeFailProgram={s.resume_fail_program}",
+        f"SuspendTime={s.suspend_time}",
+        f"ResumeTimeout={s.resume_timeout}",
+        f"SuspendTimeout={s.suspend_timeout}",
+        # A batch job waits for its node to boot rather than failing after the default 10 s.
+        f"BatchStartTimeout={s.resume_timeout}",
+        "ResumeRate=0",
+        "SuspendRate=0",
+    ]
+    if s.core_nodes:
+        lines.append(f"SuspendExcNodes={s.core_nodes}")
+    lines += [
+        f"TreeWidth={TREE_WIDTH}",
+        # Cloud node addresses change with every boot.
+        "CommunicationParameters=NoAddrCache",
+        "PrivateData=cloud",
+        f"SlurmctldParameters={','.join(params)}",
+        "# ---- cloud nodes (State=CLOUD: powered down until a job needs them) ----",
+    ]
+    for ns in sets:
+        lines.append(f"# {ns.cluster}: {len(ns.names)} x {ns.instance_type} ({ns.market})")
+        lines += _node_lines(ns, port_of)
+    lines.append(
+        f"# ---- partitions: below the core partition ({s.core_partition}, PriorityTier >= "
+        f"{CORE_PRIORITY_TIER_MIN}); submit -p {s.core_partition},{s.burst_partition} to "
+        "overflow ----"
+    )
+    by_part: dict[str, list[NodeSet]] = {}
+    for ns in sets:
+        by_part.setdefault(ns.partition, []).append(ns)
+    for part, members in by_part.items():
+        hl = compress(n for ns in members for n in ns.names)
+        max_time = s.spot_max_time if part == s.spot_partition else s.max_time
+        lines.append(
+            f"PartitionName={part} Nodes={hl} MaxTime={max_time} "
+            f"PriorityTier={BURST_PRIORITY_TIER} State=UP"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def render_gres(stack: BurstStack, catalog: Catalog | None = None) -> str:
+    """gres.conf lines for the cloud nodes with NVIDIA GPUs (append to the site's gres.conf)."""
+    prefix = stack.settings.gpu_device_prefix
+    lines = [f"# coreburst burst nodes for stack {stack.name!r} (coreburst burst slurm-conf)."]
+    for ns in node_sets(stack, catalog):
+        if ns.gpus:
+            lines.append(
+                f"NodeName={ns.hostlist} Name=gpu Type={ns.gpu_type} File={prefix}[0-{ns.gpus - 1}]"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _slurm_utc(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def reservation_commands(
+    stack: BurstStack, now: datetime, catalog: Catalog | None = None
+) -> list[str]:
+    """``scontrol create reservation`` commands that hold Capacity Block nodes outside their
+    block (MAINT: Slurm neither starts jobs on them nor powers them up for a job). Times are
+    UTC, so each command runs scontrol with TZ=UTC (scontrol reads times in local time)."""
+    out: list[str] = []
+    windows = stack.settings.capacity_blocks
+    for ns in node_sets(stack, catalog):
+        if ns.market != "capacity-block":
+            continue
+        base = [
+            "scontrol",
+            "create",
+            "reservation",
+            f"ReservationName=coreburst-hold-{ns.cluster}",
+            f"Nodes={ns.hostlist}",
+            "Users=root",
+            "Flags=MAINT,IGNORE_JOBS",
+        ]
+        w = windows.get(ns.cluster)
+        if w is None:
+            # Block dates unknown: hold indefinitely; lift with
+            # `scontrol delete reservation coreburst-hold-<cluster>` when the block starts.
+            out.append(shlex.join([*base, "StartTime=now", "Duration=UNLIMITED"]))
+            continue
+        if now < w.start:
+            out.append(
+                "TZ=UTC " + shlex.join([*base, "StartTime=now", f"EndTime={_slurm_utc(w.start)}"])
+            )
+        if w.end is not None:
+            after = [*base]
+            after[3] = f"ReservationName=coreburst-ended-{ns.cluster}"
+            start = "now" if now >= w.end else _slurm_utc(w.end)
+            out.append("TZ=UTC " + shlex.join([*after, f"StartTime={start}", "Duration=UNLIMITED"]))
+    return out
+
+
+def render_program(
+    kind: str, stack: BurstStack, cli: list[str], stack_dir: str, env_file: str
+) -> str:
+    """A program for slurmctld to run (it passes one hostlist argument and a bare environment):
+    loads the site's environment file (AWS profile or endpoint), then runs
+    ``coreburst burst <kind>``."""
+    argv = [*cli, kind, "--stack", stack.name, "--stack-dir", stack_dir]
+    return (
+        "#!/bin/sh\n"
+        f"# coreburst burst {kind} for stack {stack.name} (rendered by coreburst burst "
+        "slurm-conf)\n"
+        f"if [ -r {shlex.quote(env_file)} ]; then . {shlex.quote(env_file)}; fi\n"
+        f'exec {shlex.join(argv)} "$@"\n'
+    )

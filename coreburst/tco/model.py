@@ -1,0 +1,761 @@
+"""Build-vs-rent cost model (pure): typed scenario in, priced options and a recommendation out.
+
+Every AWS figure comes from the catalog (``coreburst/common/data/catalog.yaml``); on-prem figures
+and
+commitment discounts come from ``coreburst/tco/data/onprem_defaults.yaml`` unless the scenario
+gives its own. Conventions, stated once:
+
+* A month is ``catalog.hours_per_month`` hours. Renting bills whole nodes for the hours they run;
+  owning bills every hour whether busy or not.
+* Owned hardware (node + its fabric share) is paid in cash at month 0 and bought again when its
+  depreciation life runs out; per-month and per-GPU-hour figures use straight-line amortisation.
+* Commitments bill every hour of the term; a horizon shorter than the term still pays the term.
+* Spot needs more GPU-hours than the work: ``(1 + checkpoint overhead) / (1 - lost fraction)``,
+  where each interruption loses half a checkpoint interval plus the restart time.
+
+    >>> r = analyse(Scenario(gpus=8, utilization_pct=85, utilization_basis="measured"))
+    >>> [o.name for o in r.options][:2]
+    ['on-demand', 'spot']
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from coreburst.common.catalog import Catalog, CatalogError, Figure, load_catalog
+from coreburst.common.errors import one_line as _one_line
+from coreburst.common.pricing import owned_gpu_hour_usd
+from coreburst.common.textio import read_text
+from coreburst.tco.demand import CoreCosts, DemandHistory, size_core
+from coreburst.tco.rules import RuleAdvice, Verdict, rule_of_thumb
+
+DEFAULTS_PATH = Path(__file__).parent / "data" / "onprem_defaults.yaml"
+# Demand whose hourly coefficient of variation is at or below this counts as "steady".
+STEADY_MAX_VARIATION = 0.25
+SWEEP_UTILIZATION_PCT = tuple(range(5, 101, 5))
+
+
+class TcoError(ValueError):
+    """A scenario cannot be priced as given (missing figure, impossible combination)."""
+
+
+class _Strict(BaseModel):
+    # allow_inf_nan=False: flags and YAML (.inf, nan) must not turn a price or a duration into
+    # infinity; every float field of a scenario is finite.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+Money = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+Fraction = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Percent = Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+# -- defaults file --------------------------------------------------------------------------
+class OnpremDefaults(_Strict):
+    schema_: int = Field(alias="schema")
+    sources: dict[str, str]
+    hardware_usd_per_node: Figure
+    networking_usd_per_node: Figure
+    depreciation_years: Figure
+    maintenance_fraction_per_year: Figure
+    pue: Figure
+    usd_per_kwh: Figure
+    idle_power_fraction: Figure
+    colo_usd_per_kw_month: Figure
+    staff_usd_per_fte_year: Figure
+    staff_fte_per_node: Figure
+    commitment_discount: dict[Literal["1", "3"], Figure]
+    spot_interruptions_per_node_day: Figure
+    checkpoint_interval_minutes: Figure
+    restart_minutes: Figure
+    checkpoint_overhead_fraction: Figure
+
+
+@functools.cache
+def load_defaults(path: Path = DEFAULTS_PATH) -> OnpremDefaults:
+    text = read_text(path, "on-prem defaults", TcoError)
+    try:
+        return OnpremDefaults.model_validate(yaml.safe_load(text))
+    except yaml.YAMLError as exc:
+        raise TcoError(f"{path}: not valid YAML ({exc})") from None
+    except ValidationError as exc:
+        raise TcoError(f"{path}: {one_line(exc)}") from None
+
+
+def one_line(exc: ValidationError) -> str:
+    """First validation error as ``key.path: message (got value)``; the caller adds where."""
+    return _one_line(exc, root="scenario")
+
+
+# -- scenario (input) -----------------------------------------------------------------------
+class OwnedInputs(_Strict):
+    """Owned-node figures; anything left out comes from the defaults file."""
+
+    hardware_usd_per_node: Money | None = None
+    networking_usd_per_node: Money | None = None
+    depreciation_years: Annotated[float, Field(gt=0, le=15)] | None = None
+    maintenance_fraction_per_year: Fraction | None = None
+    # Real draw of one node at full load; None → catalog power_kw of the comparable instance.
+    power_kw: Positive | None = None
+    pue: Annotated[float, Field(ge=1, le=3)] | None = None
+    usd_per_kwh: Money | None = None
+    idle_power_fraction: Fraction | None = None
+    colo_usd_per_kw_month: Money | None = None
+    staff_usd_per_fte_year: Money | None = None
+    staff_fte_per_node: Annotated[float, Field(ge=0, le=5)] | None = None
+
+
+class CloudInputs(_Strict):
+    """AWS side; prices left out come from the catalog, discounts from the defaults file."""
+
+    instance_type: str = "p5.48xlarge"
+    region: str = "us-east-1"
+    on_demand_usd_per_node_hour: Money | None = None
+    spot_usd_per_node_hour: Money | None = None
+    capacity_block_usd_per_node_hour: Money | None = None
+    commitment_discount_1y: Fraction | None = None
+    commitment_discount_3y: Fraction | None = None
+    spot_interruptions_per_node_day: Annotated[float, Field(ge=0, le=48)] | None = None
+    checkpoint_interval_minutes: Positive | None = None
+    restart_minutes: Annotated[float, Field(ge=0)] | None = None
+    checkpoint_overhead_fraction: Annotated[float, Field(ge=0, lt=1)] | None = None
+    # Where a demand history's overflow goes when an owned core is full.
+    burst_market: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
+
+
+class Scenario(_Strict):
+    """One build-vs-rent question. Give ``gpus`` + ``utilization_pct``, or a ``demand_file``.
+
+    >>> Scenario(gpus=8, utilization_pct=25, utilization_basis="allocated").horizon_months
+    36
+    """
+
+    name: str = "scenario"
+    gpus: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    utilization_pct: Percent | None = None
+    # measured: real accelerator activity (DCGM / nvidia-smi); allocated: hours jobs held GPUs.
+    utilization_basis: Literal["measured", "allocated"] | None = None
+    demand_file: Path | None = None
+    # None: derived from the demand history, else assumed steady (and the output says so).
+    steady: bool | None = None
+    longest_run_hours: Annotated[float, Field(ge=0)] = 0.0
+    horizon_months: Annotated[int, Field(ge=1, le=240)] = 36
+    cloud: CloudInputs = CloudInputs()
+    owned: OwnedInputs = OwnedInputs()
+
+    @model_validator(mode="after")
+    def _one_source_of_demand(self) -> Scenario:
+        if self.demand_file is not None:
+            if self.gpus is not None or self.utilization_pct is not None:
+                raise ValueError(
+                    "give either demand_file or gpus + utilization_pct, not both "
+                    "(the demand history sets both)"
+                )
+        elif self.gpus is None or self.utilization_pct is None:
+            raise ValueError("gpus and utilization_pct are required unless demand_file is given")
+        return self
+
+
+# -- result (output) ------------------------------------------------------------------------
+class OptionCost(_Strict):
+    name: str
+    kind: Literal["pay-per-use", "commitment", "owned", "hybrid"]
+    monthly_usd: float  # steady-state: amortised capex for owned, committed hours for commits
+    # Over the horizon: cash, with any unexpired commitment added and (owned) the hardware's
+    # remaining straight-line book value taken off.
+    total_usd: float
+    usd_per_used_gpu_hour: float | None
+    cumulative_usd: list[float]  # cash at the end of month 0..horizon
+    # Cash payback: first month at whose end owning all nodes has cost no more than this option.
+    break_even_month: int | None = None
+    crossover_utilization_pct: float | None = None  # owning beats this above it
+    note: str = ""
+
+
+class CoreResult(_Strict):
+    nodes: int
+    gpus: int
+    peak_nodes: int
+    core_utilization_pct: float
+    burst_share_pct: float
+    owned_usd_per_month: float
+    burst_usd_per_month: float
+    total_usd_per_month: float
+    usd_per_used_gpu_hour: float | None
+    all_cloud_usd_per_month: float
+    all_owned_usd_per_month: float
+    burst_market: str
+    history_hours: int
+    cost_by_core_nodes: list[float]  # $/month for core sizes 0..peak_nodes
+
+
+class Recommendation(_Strict):
+    verdict: Verdict  # what to do: the computed answer
+    computed_verdict: Verdict
+    cheapest_option: str
+    rule_verdict: Verdict
+    rule_reasons: list[str]
+    numbers_override_rule: bool
+    explanation: str
+
+
+class TcoResult(_Strict):
+    scenario: str
+    instance_type: str
+    region: str
+    nodes: int
+    gpus_per_node: int
+    horizon_months: int
+    utilization_pct: float
+    utilization_basis: Literal["measured", "allocated"]
+    steady: bool
+    used_gpu_hours_per_month: float
+    node_power_kw: float
+    spot_hours_factor: float
+    options: list[OptionCost]
+    break_even_month: int | None
+    break_even_vs: str
+    crossover_utilization_pct: float | None
+    crossover_vs: str
+    core: CoreResult | None
+    recommendation: Recommendation
+    warnings: list[str]
+    unverified_figures: list[str]
+    sweep_utilization_pct: list[float]
+    sweep_usd_per_used_gpu_hour: dict[str, list[float | None]]
+
+
+# -- resolved figures (plain numbers) -------------------------------------------------------
+@dataclass(frozen=True)
+class OwnedRates:
+    capex_per_node: float  # hardware + fabric share, paid when bought
+    depreciation_months: float
+    fixed_per_node_month: float  # maintenance + colo + staff, busy or not
+    power_kw: float
+    pue: float
+    usd_per_kwh: float
+    idle_power_fraction: float
+
+    @property
+    def amortised_per_node_month(self) -> float:
+        return self.capex_per_node / self.depreciation_months
+
+    def power_per_node_month(self, gpu_util: float, hours: float) -> float:
+        full = self.power_kw * self.pue * self.usd_per_kwh * hours
+        return full * (self.idle_power_fraction + (1 - self.idle_power_fraction) * gpu_util)
+
+
+@dataclass(frozen=True)
+class Rates:
+    gpus_per_node: int
+    hours_per_month: float
+    on_demand: float  # $/node-hour
+    spot: float
+    capacity_block: float | None
+    commitment_discount: dict[int, float]  # term years -> fraction off on-demand
+    spot_hours_factor: float
+    owned: OwnedRates
+    unverified: list[str] = field(default_factory=list)
+
+
+def spot_hours_factor(
+    interruptions_per_node_day: float,
+    checkpoint_interval_minutes: float,
+    restart_minutes: float,
+    checkpoint_overhead_fraction: float,
+) -> float:
+    """GPU-hours bought on spot per GPU-hour of work (>= 1)."""
+    lost_per_interruption_h = (checkpoint_interval_minutes / 2 + restart_minutes) / 60
+    lost = interruptions_per_node_day / 24 * lost_per_interruption_h
+    if lost >= 1:
+        raise TcoError(
+            "spot: interruptions x (checkpoint_interval/2 + restart) lose all the run time; "
+            "checkpoint more often or lower spot_interruptions_per_node_day"
+        )
+    return (1 + checkpoint_overhead_fraction) / (1 - lost)
+
+
+def resolve_rates(s: Scenario, catalog: Catalog, defaults: OnpremDefaults) -> Rates:
+    unverified: list[str] = []
+
+    def pick(given: float | None, fig: Figure, name: str) -> float:
+        if given is not None:
+            return given
+        if fig.unverified:
+            unverified.append(f"{name}={fig.value:g} ({fig.source}, {fig.as_of})")
+        return fig.value
+
+    c, o = s.cloud, s.owned
+    inst = catalog.instance(c.instance_type)
+    od_fig = inst.on_demand_usd_per_hour.get(c.region)
+    if c.on_demand_usd_per_node_hour is not None:
+        on_demand = c.on_demand_usd_per_node_hour
+    elif od_fig is None:
+        on_demand = catalog.on_demand_price(c.instance_type, c.region)  # raises, names regions
+    else:
+        on_demand = pick(None, od_fig, f"on_demand[{c.instance_type},{c.region}]")
+    if c.spot_usd_per_node_hour is not None:
+        spot = c.spot_usd_per_node_hour
+    else:
+        frac = catalog.spot_fraction_of_on_demand
+        spot = on_demand * pick(None, frac, "spot_fraction_of_on_demand")
+    cb_fig = inst.capacity_block_usd_per_hour.get(c.region)
+    capacity_block: float | None
+    if c.capacity_block_usd_per_node_hour is not None:
+        capacity_block = c.capacity_block_usd_per_node_hour
+    elif cb_fig is not None:
+        capacity_block = pick(None, cb_fig, f"capacity_block[{c.instance_type},{c.region}]")
+    else:
+        capacity_block = None
+    disc = {
+        1: pick(c.commitment_discount_1y, defaults.commitment_discount["1"], "commitment_1y"),
+        3: pick(c.commitment_discount_3y, defaults.commitment_discount["3"], "commitment_3y"),
+    }
+    factor = spot_hours_factor(
+        pick(
+            c.spot_interruptions_per_node_day,
+            defaults.spot_interruptions_per_node_day,
+            "spot_interruptions_per_node_day",
+        ),
+        pick(
+            c.checkpoint_interval_minutes,
+            defaults.checkpoint_interval_minutes,
+            "checkpoint_interval_minutes",
+        ),
+        pick(c.restart_minutes, defaults.restart_minutes, "restart_minutes"),
+        pick(
+            c.checkpoint_overhead_fraction,
+            defaults.checkpoint_overhead_fraction,
+            "checkpoint_overhead_fraction",
+        ),
+    )
+    power_kw = pick(o.power_kw, inst.power_kw, f"power_kw[{c.instance_type}]")
+    hw = pick(o.hardware_usd_per_node, defaults.hardware_usd_per_node, "hardware_usd_per_node")
+    net = pick(
+        o.networking_usd_per_node, defaults.networking_usd_per_node, "networking_usd_per_node"
+    )
+    maint = pick(
+        o.maintenance_fraction_per_year,
+        defaults.maintenance_fraction_per_year,
+        "maintenance_fraction_per_year",
+    )
+    colo = pick(o.colo_usd_per_kw_month, defaults.colo_usd_per_kw_month, "colo_usd_per_kw_month")
+    staff = pick(
+        o.staff_usd_per_fte_year, defaults.staff_usd_per_fte_year, "staff_usd_per_fte_year"
+    )
+    fte = pick(o.staff_fte_per_node, defaults.staff_fte_per_node, "staff_fte_per_node")
+    owned = OwnedRates(
+        capex_per_node=hw + net,
+        depreciation_months=12
+        * pick(o.depreciation_years, defaults.depreciation_years, "depreciation_years"),
+        fixed_per_node_month=(hw + net) * maint / 12 + colo * power_kw + fte * staff / 12,
+        power_kw=power_kw,
+        pue=pick(o.pue, defaults.pue, "pue"),
+        usd_per_kwh=pick(o.usd_per_kwh, defaults.usd_per_kwh, "usd_per_kwh"),
+        idle_power_fraction=pick(
+            o.idle_power_fraction, defaults.idle_power_fraction, "idle_power_fraction"
+        ),
+    )
+    return Rates(
+        gpus_per_node=inst.accelerator.count,
+        hours_per_month=catalog.hours_per_month,
+        on_demand=on_demand,
+        spot=spot,
+        capacity_block=capacity_block,
+        commitment_discount=disc,
+        spot_hours_factor=factor,
+        owned=owned,
+        unverified=unverified,
+    )
+
+
+# -- pure cost functions --------------------------------------------------------------------
+def capex_cumulative(r: Rates, nodes: int, horizon: int) -> list[float]:
+    """Hardware cash spent on ``nodes`` by the end of each month 0..horizon."""
+    dep = r.owned.depreciation_months
+    out = []
+    for m in range(horizon + 1):
+        # Bought before month 1 starts, again at the start of each new depreciation life.
+        purchases = 1 + (math.floor((m - 1) / dep + 1e-9) if m >= 1 else 0)
+        out.append(nodes * r.owned.capex_per_node * purchases)
+    return out
+
+
+def residual_book_value(r: Rates, nodes: int, horizon: int) -> float:
+    """Straight-line book value of the nodes still in service at the end of the horizon."""
+    dep = r.owned.depreciation_months
+    used_in_life = horizon - dep * math.floor((horizon - 1) / dep + 1e-9)
+    return nodes * r.owned.capex_per_node * max(0.0, 1 - used_in_life / dep)
+
+
+def owned_cumulative(r: Rates, nodes: int, gpu_util: float, horizon: int) -> list[float]:
+    """Cash spent owning ``nodes`` by the end of each month 0..horizon (capex up front)."""
+    o = r.owned
+    opex = nodes * (o.fixed_per_node_month + o.power_per_node_month(gpu_util, r.hours_per_month))
+    return [cap + opex * m for m, cap in enumerate(capex_cumulative(r, nodes, horizon))]
+
+
+def owned_monthly(r: Rates, nodes: int, gpu_util: float) -> float:
+    o = r.owned
+    per_node = (
+        o.amortised_per_node_month
+        + o.fixed_per_node_month
+        + o.power_per_node_month(gpu_util, r.hours_per_month)
+    )
+    return nodes * per_node
+
+
+def owned_usd_per_gpu_hour(r: Rates, gpu_util: float) -> float:
+    """$ per allocated GPU-hour of one owned node at ``gpu_util`` (0..1, for its power draw):
+    ``coreburst.common.pricing.owned_gpu_hour_usd`` over ``owned_monthly``. The price the core
+    reports
+    use (``coreburst core price``)."""
+    return owned_gpu_hour_usd(owned_monthly(r, 1, gpu_util), r.gpus_per_node, r.hours_per_month)
+
+
+def scenario_gpu_hour_price(s: Scenario, catalog: Catalog | None = None) -> float:
+    """``owned_usd_per_gpu_hour`` for a scenario's owned node at its stated utilization."""
+    if s.utilization_pct is None:
+        raise TcoError(
+            "the owned GPU-hour price needs utilization_pct (the nodes' power draw depends on "
+            "it); give gpus + utilization_pct rather than a demand_file"
+        )
+    r = resolve_rates(s, catalog or load_catalog(), load_defaults())
+    return owned_usd_per_gpu_hour(r, s.utilization_pct / 100)
+
+
+def rent_rate(r: Rates, market: str) -> float | None:
+    """$ per node-hour of *work* on a pay-per-use market (spot re-run overhead included)."""
+    if market == "on-demand":
+        return r.on_demand
+    if market == "spot":
+        return r.spot * r.spot_hours_factor
+    if market == "capacity-block":
+        return r.capacity_block
+    raise TcoError(f"unknown market {market!r}")
+
+
+def crossover_utilization(r: Rates, rate_per_node_hour: float) -> float | None:
+    """Utilization (0..1) above which one owned node costs less per month than renting it.
+
+    owned(u) = A + P·H·(i + (1 - i)·u) and rent(u) = rate·H·u, so
+    u* = (A + P·H·i) / (H·(rate - P·(1 - i))); None when owning never wins at ≤ 100%.
+    """
+    o, h = r.owned, r.hours_per_month
+    fixed = o.amortised_per_node_month + o.fixed_per_node_month
+    p = o.power_kw * o.pue * o.usd_per_kwh
+    denom = h * (rate_per_node_hour - p * (1 - o.idle_power_fraction))
+    if denom <= 0:
+        return None
+    u = (fixed + p * h * o.idle_power_fraction) / denom
+    return u if u <= 1 else None
+
+
+def break_even_month(owned: Sequence[float], other: Sequence[float]) -> int | None:
+    """First month (1..) at whose end owning has cost no more cash than the alternative."""
+    for m in range(1, len(owned)):
+        if other[m] >= owned[m]:
+            return m
+    return None
+
+
+def _per_gpu_hour(monthly: float, used_gpu_hours: float) -> float | None:
+    return monthly / used_gpu_hours if used_gpu_hours > 0 else None
+
+
+def price_options(
+    r: Rates, nodes: int, node_util: float, gpu_util: float, horizon: int
+) -> list[OptionCost]:
+    """Every way to get ``nodes`` nodes' worth of work, priced over ``horizon`` months."""
+    h = r.hours_per_month
+    used = nodes * r.gpus_per_node * gpu_util * h
+    opts: list[OptionCost] = []
+    for market in ("on-demand", "spot", "capacity-block"):
+        rate = rent_rate(r, market)
+        if rate is None:
+            continue
+        monthly = rate * nodes * node_util * h
+        note = ""
+        if market == "spot":
+            note = f"x{r.spot_hours_factor:.3f} GPU-hours for interruptions and checkpoints"
+        if market == "capacity-block":
+            note = "assumes blocks booked exactly for the hours used"
+        cross = crossover_utilization(r, rate)
+        opts.append(
+            OptionCost(
+                name=market,
+                kind="pay-per-use",
+                monthly_usd=monthly,
+                total_usd=monthly * horizon,
+                usd_per_used_gpu_hour=_per_gpu_hour(monthly, used),
+                cumulative_usd=[monthly * m for m in range(horizon + 1)],
+                crossover_utilization_pct=None if cross is None else 100 * cross,
+                note=note,
+            )
+        )
+    for years, disc in sorted(r.commitment_discount.items()):
+        term = 12 * years
+        monthly = r.on_demand * (1 - disc) * nodes * h
+        billed = math.ceil(horizon / term) * term
+        opts.append(
+            OptionCost(
+                name=f"commit-{years}y",
+                kind="commitment",
+                monthly_usd=monthly,
+                total_usd=monthly * billed,
+                usd_per_used_gpu_hour=_per_gpu_hour(monthly, used),
+                cumulative_usd=[monthly * m for m in range(horizon + 1)],
+                note=f"{disc:.0%} off on-demand, every hour of {billed} months billed",
+            )
+        )
+    owned_cum = owned_cumulative(r, nodes, gpu_util, horizon)
+    owned_m = owned_monthly(r, nodes, gpu_util)
+    opts = [
+        o.model_copy(update={"break_even_month": break_even_month(owned_cum, o.cumulative_usd)})
+        for o in opts
+    ]
+    opts.append(
+        OptionCost(
+            name="owned",
+            kind="owned",
+            monthly_usd=owned_m,
+            total_usd=owned_cum[-1] - residual_book_value(r, nodes, horizon),
+            usd_per_used_gpu_hour=_per_gpu_hour(owned_m, used),
+            cumulative_usd=owned_cum,
+            note=f"{nodes} node(s) bought up front, {r.owned.depreciation_months:g}-month life; "
+            "total net of book value left at the horizon",
+        )
+    )
+    return opts
+
+
+def per_gpu_hour_sweep(r: Rates, nodes: int) -> dict[str, list[float | None]]:
+    """$ per used GPU-hour for each option across SWEEP_UTILIZATION_PCT (for the plot)."""
+    out: dict[str, list[float | None]] = {}
+    for pct in SWEEP_UTILIZATION_PCT:
+        u = pct / 100
+        for o in price_options(r, nodes, u, u, 1):
+            out.setdefault(o.name, []).append(o.usd_per_used_gpu_hour)
+    return out
+
+
+def _core_costs(r: Rates, market: str) -> CoreCosts:
+    o, h = r.owned, r.hours_per_month
+    rate = rent_rate(r, market)
+    if rate is None:
+        raise TcoError(
+            f"burst_market {market!r} has no price for this instance and region; "
+            "set cloud.capacity_block_usd_per_node_hour or pick on-demand or spot"
+        )
+    return CoreCosts(
+        gpus_per_node=r.gpus_per_node,
+        # the shared per-GPU-hour formula, times the node's GPUs
+        owned_fixed_per_node_hour=owned_gpu_hour_usd(
+            o.amortised_per_node_month + o.fixed_per_node_month, r.gpus_per_node, h
+        )
+        * r.gpus_per_node,
+        owned_power_per_node_hour=o.power_kw * o.pue * o.usd_per_kwh,
+        idle_power_fraction=o.idle_power_fraction,
+        burst_per_node_hour=rate,
+    )
+
+
+def _verdict_of(option: OptionCost) -> Verdict:
+    return {"owned": "own", "hybrid": "hybrid"}.get(option.kind, "cloud")  # type: ignore[return-value]
+
+
+def analyse(
+    s: Scenario,
+    demand: DemandHistory | None = None,
+    catalog: Catalog | None = None,
+    defaults: OnpremDefaults | None = None,
+) -> TcoResult:
+    """Price every option for the scenario and recommend one.
+
+    >>> analyse(Scenario(gpus=8, utilization_pct=25, utilization_basis="allocated")).warnings[0]
+    ... # doctest: +ELLIPSIS
+    'utilization is allocated...'
+    """
+    catalog = catalog or load_catalog()
+    defaults = defaults or load_defaults()
+    try:
+        r = resolve_rates(s, catalog, defaults)
+    except CatalogError as exc:
+        raise TcoError(str(exc)) from None
+    g, h, horizon = r.gpus_per_node, r.hours_per_month, s.horizon_months
+    warnings: list[str] = []
+    core: CoreResult | None = None
+    hybrid: OptionCost | None = None
+
+    if s.demand_file is not None and demand is None:
+        raise TcoError("scenario names a demand_file but no demand history was loaded")
+    basis = s.utilization_basis
+    if demand is not None:
+        if demand.basis == "measured":
+            if basis == "allocated":
+                raise TcoError(
+                    f"{demand.origin} is a measured fleet-utilization file but the scenario says "
+                    "utilization_basis: allocated"
+                )
+            basis = "measured"
+        if demand.missing_hours:
+            warnings.append(
+                f"{demand.missing_hours} hour(s) missing from {demand.origin}: left out, "
+                "not counted as zero demand"
+            )
+        if demand.peak <= 0:
+            raise TcoError(f"{demand.origin}: demand is zero in every hour; nothing to size")
+        nodes = math.ceil(demand.peak / g - 1e-9)
+        hours_n = len(demand.gpus)
+        node_hours = sum(math.ceil(d / g - 1e-9) for d in demand.gpus if d > 1e-9)
+        node_util = node_hours / (nodes * hours_n)
+        gpu_util = sum(demand.gpus) / (nodes * g * hours_n)
+        steady = s.steady if s.steady is not None else demand.variation <= STEADY_MAX_VARIATION
+        sizing = size_core(demand.gpus, _core_costs(r, s.cloud.burst_market))
+        best, scale = sizing.best, h / hours_n
+        k = best.nodes
+        used_month = sizing.demand_gpu_hours * scale
+        core = CoreResult(
+            nodes=k,
+            gpus=k * g,
+            peak_nodes=nodes,
+            core_utilization_pct=100 * sizing.core_utilization(),
+            burst_share_pct=100 * sizing.burst_share(),
+            owned_usd_per_month=best.owned_usd * scale,
+            burst_usd_per_month=best.burst_usd * scale,
+            total_usd_per_month=best.total_usd * scale,
+            usd_per_used_gpu_hour=_per_gpu_hour(best.total_usd * scale, used_month),
+            all_cloud_usd_per_month=sizing.options[0].total_usd * scale,
+            all_owned_usd_per_month=sizing.options[-1].total_usd * scale,
+            burst_market=s.cloud.burst_market,
+            history_hours=hours_n,
+            cost_by_core_nodes=[o.total_usd * scale for o in sizing.options],
+        )
+        if 0 < k < nodes:
+            # Cash opex of core + burst: the sized monthly cost less the core's amortisation.
+            opex = core.total_usd_per_month - k * r.owned.amortised_per_node_month
+            hybrid_cum = [cap + opex * m for m, cap in enumerate(capex_cumulative(r, k, horizon))]
+            hybrid = OptionCost(
+                name=f"hybrid-{k}n",
+                kind="hybrid",
+                monthly_usd=core.total_usd_per_month,
+                total_usd=hybrid_cum[-1] - residual_book_value(r, k, horizon),
+                usd_per_used_gpu_hour=core.usd_per_used_gpu_hour,
+                cumulative_usd=hybrid_cum,
+                note=f"{k} owned node(s) + {s.cloud.burst_market} burst "
+                f"({core.burst_share_pct:.1f}% of GPU-hours)",
+            )
+    else:
+        assert s.gpus is not None and s.utilization_pct is not None  # validator guarantees
+        nodes = math.ceil(s.gpus / g)
+        if nodes * g != s.gpus:
+            warnings.append(
+                f"{s.gpus} GPUs rounded up to {nodes} node(s) of {g}: both renting and owning "
+                "come in whole nodes"
+            )
+        # The team's jobs take whole nodes: rented node-hours and busy GPU-hours share one dial.
+        node_util = gpu_util = s.utilization_pct / 100
+        steady = True if s.steady is None else s.steady
+        if s.steady is None:
+            warnings.append("demand assumed steady (set steady: false for bursty demand)")
+
+    if basis is None:
+        raise TcoError(
+            "utilization_basis is required: measured (GPU activity from DCGM/nvidia-smi) or "
+            "allocated (hours jobs held the GPUs)"
+        )
+    if basis == "allocated":
+        warnings.insert(
+            0,
+            "utilization is allocated/running hours, not measured GPU activity: real activity "
+            "is often far lower (one team counted 60%, measured 23%); measure with DCGM before "
+            "buying hardware",
+        )
+
+    options = price_options(r, nodes, node_util, gpu_util, horizon)
+    if hybrid is not None:
+        options.insert(len(options) - 1, hybrid)
+    used_month = nodes * g * gpu_util * h
+    rentals = [o for o in options if o.kind in ("pay-per-use", "commitment")]
+    cheapest_rental = min(rentals, key=lambda o: o.total_usd)
+    cheapest = min(options, key=lambda o: o.total_usd)
+    on_demand = options[0]
+
+    if any(o.kind == "commitment" and horizon % (12 * int(o.name[7])) for o in options):
+        warnings.append(
+            f"horizon {horizon} months is not a whole number of commitment terms: the unexpired "
+            "committed months are in the commitment totals"
+        )
+    if horizon > r.owned.depreciation_months:
+        warnings.append(
+            f"horizon {horizon} months outlives the {r.owned.depreciation_months:g}-month "
+            "hardware life: owned totals include buying the nodes again"
+        )
+
+    util_pct = 100 * gpu_util
+    rule: RuleAdvice = rule_of_thumb(util_pct, steady, s.longest_run_hours)
+    computed = _verdict_of(cheapest)
+    override = computed != rule.verdict
+    be = break_even_month(
+        next(o.cumulative_usd for o in options if o.kind == "owned"),
+        cheapest_rental.cumulative_usd,
+    )
+    if override:
+        explanation = (
+            f"The rule of thumb says {rule.verdict}, but the computed costs say {computed}: "
+            f"{cheapest.name} is cheapest over {horizon} months "
+            f"(${cheapest.total_usd:,.0f} vs ${_second(options, cheapest).total_usd:,.0f} for "
+            f"{_second(options, cheapest).name}). The numbers win."
+        )
+    else:
+        explanation = (
+            f"The computed costs agree with the rule of thumb: {computed}. {cheapest.name} is "
+            f"cheapest over {horizon} months (${cheapest.total_usd:,.0f})."
+        )
+    return TcoResult(
+        scenario=s.name,
+        instance_type=s.cloud.instance_type,
+        region=s.cloud.region,
+        nodes=nodes,
+        gpus_per_node=g,
+        horizon_months=horizon,
+        utilization_pct=util_pct,
+        utilization_basis=basis,
+        steady=steady,
+        used_gpu_hours_per_month=used_month,
+        node_power_kw=r.owned.power_kw,
+        spot_hours_factor=r.spot_hours_factor,
+        options=options,
+        break_even_month=be,
+        break_even_vs=cheapest_rental.name,
+        crossover_utilization_pct=on_demand.crossover_utilization_pct,
+        crossover_vs=on_demand.name,
+        core=core,
+        recommendation=Recommendation(
+            verdict=computed,
+            computed_verdict=computed,
+            cheapest_option=cheapest.name,
+            rule_verdict=rule.verdict,
+            rule_reasons=rule.reasons,
+            numbers_override_rule=override,
+            explanation=explanation,
+        ),
+        warnings=warnings,
+        unverified_figures=r.unverified,
+        sweep_utilization_pct=[float(p) for p in SWEEP_UTILIZATION_PCT],
+        sweep_usd_per_used_gpu_hour=per_gpu_hour_sweep(r, nodes),
+    )
+
+
+def _second(options: Sequence[OptionCost], best: OptionCost) -> OptionCost:
+    rest = [o for o in options if o.name != best.name]
+    return min(rest, key=lambda o: o.total_usd)

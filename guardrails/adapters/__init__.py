@@ -1,0 +1,1 @@
+"""What the daemon talks to: AWS, Slurm, Slack, DCGM (Prometheus)."""

@@ -1,0 +1,743 @@
+"""Everything that talks to AWS. Clients come in from outside (``Aws``); nothing here runs at
+import time. Each function turns API answers into the plain data of ``guardrails.model``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from coreburst.common.catalog import Catalog, load_catalog
+from coreburst.common.telemetry import (
+    PUBLISH_INTERVAL_S,
+    PUBLISHER_HEARTBEATS,
+    ROLLUP_STATS,
+    UTILIZATION_METRICS,
+)
+from guardrails import fastpath
+from guardrails.config import AwsConfig, IdleConfig, MetricConfig
+from guardrails.idle import PeriodStat
+from guardrails.model import DeviceSeries, Market, Node, Series
+
+MAX_QUERIES_PER_CALL = 500  # GetMetricData limit
+MAX_DATAPOINTS_PER_CALL = 100_800
+
+
+class AwsUnreachableError(RuntimeError):
+    """The AWS endpoint could not be reached or refused our credentials (user-fixable)."""
+
+
+class ApiCounter:
+    """Counts API calls by operation through botocore's ``before-call`` event."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+
+    def attach(self, client: Any) -> None:
+        client.meta.events.register("before-call", self._before)
+        client.meta.events.register("after-call-error", self._error)
+
+    def _before(self, model: Any, **_: Any) -> None:
+        self.calls[model.name] += 1
+
+    def _error(self, model: Any = None, **_: Any) -> None:
+        if model is not None:
+            self.errors[model.name] += 1
+
+
+class Aws:
+    """A cache of clients per (service, region), all built from one session and config.
+
+    Its EC2 and CloudWatch clients carry ``guardrails.fastpath``: DescribeInstances answers
+    hold only the fields this package reads."""
+
+    def __init__(self, cfg: AwsConfig, session: boto3.session.Session | None = None) -> None:
+        self.cfg = cfg
+        self.session = session or boto3.session.Session()
+        self.counter = ApiCounter()
+        self._clients: dict[tuple[str, str], Any] = {}
+        self._botocfg = Config(
+            connect_timeout=cfg.connect_timeout_s,
+            read_timeout=cfg.read_timeout_s,
+            retries={"max_attempts": cfg.max_attempts, "mode": "standard"},
+            # Requests are built here from typed data; client-side validation of thousands of
+            # metric queries per cycle was a third of the daemon's CPU (benchmarks/).
+            parameter_validation=False,
+        )
+
+    def client(self, service: str, region: str) -> Any:
+        key = (service, region)
+        if key not in self._clients:
+            c = self.session.client(
+                service,  # type: ignore[call-overload]
+                region_name=region,
+                endpoint_url=self.cfg.endpoint_url,
+                config=self._botocfg,
+            )
+            self.counter.attach(c)
+            fastpath.install(c)
+            self._clients[key] = c
+        return self._clients[key]
+
+
+# -- inventory ------------------------------------------------------------------------------
+def _market(inst: dict[str, Any]) -> Market:
+    lifecycle = inst.get("InstanceLifecycle")
+    if lifecycle == "spot":
+        return "spot"
+    if lifecycle == "capacity-block":
+        return "capacity-block"
+    if inst.get("CapacityReservationId"):
+        return "capacity-reservation"
+    return "on-demand"
+
+
+def inventory(ec2: Any, region: str, types: list[str], catalog: Catalog) -> list[Node]:
+    """Every running instance of the watched types, in as few pages as the API allows."""
+    nodes: list[Node] = []
+    pages = ec2.get_paginator("describe_instances").paginate(
+        Filters=[
+            {"Name": "instance-type", "Values": types},
+            {"Name": "instance-state-name", "Values": ["running"]},
+        ],
+        PaginationConfig={"PageSize": 1000},
+    )
+    for page in pages:
+        for res in page.get("Reservations", []):
+            for inst in res.get("Instances", []):
+                itype = inst["InstanceType"]
+                acc = catalog.instance(itype).accelerator
+                tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+                nodes.append(
+                    Node(
+                        instance_id=inst["InstanceId"],
+                        region=region,
+                        az=inst.get("Placement", {}).get("AvailabilityZone", ""),
+                        instance_type=itype,
+                        accelerator_kind=acc.kind,
+                        accelerator_count=acc.count,
+                        market=_market(inst),
+                        launch_time=inst["LaunchTime"],
+                        tags=tags,
+                        asg=tags.get("aws:autoscaling:groupName"),
+                        ebs_root=inst.get("RootDeviceType", "ebs") == "ebs",
+                        state=inst.get("State", {}).get("Name", "running"),
+                    )
+                )
+    return nodes
+
+
+def instance_states(ec2: Any, ids: list[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for chunk in _chunks(ids, 1000):
+        for page in ec2.get_paginator("describe_instances").paginate(InstanceIds=chunk):
+            for res in page.get("Reservations", []):
+                for inst in res.get("Instances", []):
+                    out[inst["InstanceId"]] = inst["State"]["Name"]
+    return out
+
+
+# -- CloudWatch -----------------------------------------------------------------------------
+def _chunks(items: list[Any], n: int) -> Iterator[list[Any]]:
+    it = iter(items)
+    while chunk := list(itertools.islice(it, n)):
+        yield chunk
+
+
+@dataclass(frozen=True)
+class SeriesRef:
+    key: str  # instance id, or resource id for sums
+    device: str
+    namespace: str
+    metric: str
+    dimensions: tuple[tuple[str, str], ...]
+
+
+def discover_series(cw: Any, metric: MetricConfig, nodes: list[Node], mode: str) -> list[SeriesRef]:
+    """The exact dimension sets to query. Real CloudWatch matches dimension sets exactly, so
+    ``list-metrics`` keeps only series whose set is {InstanceId, <device dimension>}."""
+    wanted = {n.instance_id: n for n in nodes}
+    dims = {"InstanceId", metric.device_dimension}
+    refs: list[SeriesRef] = []
+    if mode == "telemetry":
+        cat = load_catalog()
+        for n in nodes:
+            # every device the node can have (trn2: each physical NeuronCore, as at LNC=1);
+            # devices that publish nothing are dropped, and coverage is checked against the
+            # count the node is configured for
+            for i in range(cat.instance(n.instance_type).accelerator.max_utilization_series()):
+                d = (("InstanceId", n.instance_id), (metric.device_dimension, str(i)))
+                refs.append(
+                    SeriesRef(n.instance_id, str(i), metric.namespace, metric.metric_name, d)
+                )
+        return refs
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    pages = cw.get_paginator("list_metrics").paginate(
+        Namespace=metric.namespace,
+        MetricName=metric.metric_name,
+        Dimensions=[{"Name": "InstanceId"}],
+        RecentlyActive="PT3H",
+    )
+    for page in pages:
+        for m in page.get("Metrics", []):
+            dd = {d["Name"]: d["Value"] for d in m.get("Dimensions", [])}
+            if set(dd) != dims or dd["InstanceId"] not in wanted:
+                continue
+            key = tuple(sorted(dd.items()))
+            if key in seen:
+                continue
+            seen.add(key)
+            refs.append(
+                SeriesRef(
+                    dd["InstanceId"],
+                    dd[metric.device_dimension],
+                    metric.namespace,
+                    metric.metric_name,
+                    key,
+                )
+            )
+    return refs
+
+
+@dataclass
+class _Listing:
+    at: datetime
+    instances: frozenset[str]  # running when the listing was taken
+    refs: dict[str, list[SeriesRef]]
+
+
+@dataclass
+class _RollupWindow:
+    """The rollup periods already read, per instance, and up to when they were read."""
+
+    until: datetime
+    periods: dict[str, list[PeriodStat]]  # per instance, in time order
+
+
+class SeriesCache:
+    """What one daemon keeps between cycles: ListMetrics answers, the rollup window read so far
+    (``fetch_rollups`` then reads only the periods since), and when the idle rule last read
+    utilization (``idle.every``) with what it found.
+
+    ListMetrics answers are reused between cycles.
+
+    A 1,000-GPU-node fleet has 8,000 series: 16 ListMetrics pages and a fifth of a cycle's CPU
+    each time. The set changes when instances launch, so a listing is reused for
+    ``idle.series_refresh`` unless an instance that was not running when it was taken shows
+    up. A series that appears later for an instance already known (its agent started late) is
+    picked up at the next refresh; until then that node lacks series and stays UNKNOWN, never
+    idle.
+    """
+
+    def __init__(self) -> None:
+        self._listings: dict[tuple[str, ...], _Listing] = {}
+        self.rollups: dict[tuple[str, ...], _RollupWindow] = {}
+        # idle-reclaim's last read (guardrails.rules.idle_reclaim): when, and its decisions
+        self.idle_read_at: datetime | None = None
+        self.idle_decisions: dict[str, Any] = {}
+        # the last read as the state store has it, when another process made it
+        self.idle_last_read: dict[str, Any] | None = None
+
+    def idle_due(self, now: datetime, every: timedelta) -> bool:
+        last = self.idle_read_at
+        return last is None or now < last or now - last >= every
+
+    def get(
+        self, key: tuple[str, ...], nodes: list[Node], now: datetime, refresh: timedelta
+    ) -> list[SeriesRef] | None:
+        got = self._listings.get(key)
+        if got is None or now - got.at >= refresh or now < got.at:
+            return None
+        if any(n.instance_id not in got.instances for n in nodes):
+            return None
+        return [r for n in nodes for r in got.refs.get(n.instance_id, ())]
+
+    def put(
+        self, key: tuple[str, ...], nodes: list[Node], refs: list[SeriesRef], now: datetime
+    ) -> None:
+        by_node: dict[str, list[SeriesRef]] = {}
+        for r in refs:
+            by_node.setdefault(r.key, []).append(r)
+        self._listings[key] = _Listing(now, frozenset(n.instance_id for n in nodes), by_node)
+
+
+def get_metric_data(
+    cw: Any,
+    refs: list[SeriesRef],
+    *,
+    start: datetime,
+    end: datetime,
+    period_s: int,
+    stat: str,
+) -> tuple[dict[int, Series], set[int]]:
+    """Query many series in batches of up to 500 (fewer when the datapoint cap binds).
+
+    Returns samples by index into ``refs`` and the indices whose batch failed, so a failed
+    chunk turns its nodes blind instead of silently dropping them.
+    """
+    return query_stats(cw, [(r, stat) for r in refs], start=start, end=end, period_s=period_s)
+
+
+def query_stats(
+    cw: Any,
+    items: list[tuple[SeriesRef, str]],
+    *,
+    start: datetime,
+    end: datetime,
+    period_s: int,
+) -> tuple[dict[int, Series], set[int]]:
+    """``get_metric_data`` with a statistic per query: (series, stat) pairs, answers by index.
+    Each query is one metric requested (what GetMetricData bills)."""
+    points = max(1, int((end - start).total_seconds() // period_s) + 1)
+    batch = max(1, min(MAX_QUERIES_PER_CALL, MAX_DATAPOINTS_PER_CALL // points))
+    out: dict[int, Series] = {}
+    failed: set[int] = set()
+    for base in range(0, len(items), batch):
+        idx = range(base, min(base + batch, len(items)))
+        queries = [
+            {
+                "Id": f"q{i}",
+                "MetricStat": {
+                    "Metric": {
+                        "Namespace": items[i][0].namespace,
+                        "MetricName": items[i][0].metric,
+                        "Dimensions": [{"Name": k, "Value": v} for k, v in items[i][0].dimensions],
+                    },
+                    "Period": period_s,
+                    "Stat": items[i][1],
+                },
+                "ReturnData": True,
+            }
+            for i in idx
+        ]
+        try:
+            token: str | None = None
+            while True:
+                kw: dict[str, Any] = {
+                    "MetricDataQueries": queries,
+                    "StartTime": start,
+                    "EndTime": end,
+                    "ScanBy": "TimestampAscending",
+                }
+                if token:
+                    kw["NextToken"] = token
+                resp = cw.get_metric_data(**kw)
+                for r in resp.get("MetricDataResults", []):
+                    i = int(r["Id"][1:])
+                    s = out.get(i)
+                    if s is None:
+                        s = out[i] = Series()
+                    s.extend(r.get("Timestamps", []), map(float, r.get("Values", [])))
+                token = resp.get("NextToken")
+                if not token:
+                    break
+        except Exception:
+            failed.update(idx)
+    return out, failed
+
+
+def heartbeat_refs(kind: str, metric: MetricConfig, nodes: list[Node]) -> list[SeriesRef]:
+    """One heartbeat series per node whose utilization comes from a publisher of ours (the
+    configured metric is ``coreburst.common.telemetry``'s for a family with a heartbeat); none for a
+    metric someone else publishes, which has no heartbeat."""
+    hb = PUBLISHER_HEARTBEATS.get(kind)  # type: ignore[call-overload]
+    ours = UTILIZATION_METRICS.get(kind)  # type: ignore[call-overload]
+    if hb is None or ours is None:
+        return []
+    if (metric.namespace, metric.metric_name, metric.device_dimension) != (
+        ours.namespace,
+        ours.metric_name,
+        ours.device_dimension,
+    ):
+        return []
+    return [
+        SeriesRef(
+            n.instance_id,
+            "heartbeat",
+            hb.namespace,
+            hb.metric_name,
+            (("InstanceId", n.instance_id),),
+        )
+        for n in nodes
+    ]
+
+
+def heartbeat_problem(beats: Series, now: datetime, max_gap: timedelta) -> str | None:
+    """Why a node's publisher counts as dead (None while it is alive): no heartbeat in the
+    window, or none within ``max_gap`` of now. Its node is then blind, never idle."""
+    past = [t for t in beats.timestamps if t <= now]
+    if not past:
+        return "publisher dead: no heartbeat in the window (node-side Neuron publisher not running)"
+    age = now - max(past)
+    if age > max_gap:
+        return (
+            f"publisher dead: last heartbeat {int(age.total_seconds())}s ago "
+            f"(max gap {int(max_gap.total_seconds())}s)"
+        )
+    return None
+
+
+def fetch_utilization(
+    cw: Any,
+    nodes: list[Node],
+    cfg: IdleConfig,
+    now: datetime,
+    cache: SeriesCache | None = None,
+) -> tuple[dict[str, DeviceSeries], dict[str, str]]:
+    """Per-node device series, plus nodes that could not be queried (id -> why)."""
+    series: dict[str, DeviceSeries] = {n.instance_id: {} for n in nodes}
+    errors: dict[str, str] = {}
+    start = now - cfg.window - cfg.period
+    for kind in sorted({n.accelerator_kind for n in nodes}):
+        metric = cfg.metrics.get(kind)
+        kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
+        if metric is None:
+            for n in kind_nodes:
+                errors[n.instance_id] = f"no metric configured for {kind}"
+            continue
+        key = (kind_nodes[0].region, metric.namespace, metric.metric_name, metric.device_dimension)
+        try:
+            refs = cache.get(key, kind_nodes, now, cfg.series_refresh) if cache else None
+            if refs is None:
+                refs = discover_series(cw, metric, kind_nodes, cfg.series_discovery)
+                if cache and cfg.series_discovery == "list-metrics":
+                    cache.put(key, kind_nodes, refs, now)
+        except Exception as exc:
+            for n in kind_nodes:
+                errors[n.instance_id] = f"ListMetrics failed: {type(exc).__name__}"
+            continue
+        beats = heartbeat_refs(kind, metric, kind_nodes)
+        util_count = len(refs)
+        refs = [*refs, *beats]
+        data, failed = get_metric_data(
+            cw, refs, start=start, end=now, period_s=int(cfg.period.total_seconds()), stat="Maximum"
+        )
+        for i, ref in enumerate(refs):
+            if i in failed:
+                errors[ref.key] = "GetMetricData failed for this node's batch"
+                continue
+            if i >= util_count:
+                why = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap)
+                if why and ref.key not in errors:
+                    errors[ref.key] = why
+                continue
+            pts = data.get(i, Series())
+            # telemetry mode queries devices that may not exist: no points = no series
+            if pts or cfg.series_discovery == "list-metrics":
+                devices = series[ref.key]
+                if ref.device in devices:
+                    devices[ref.device].extend(pts.timestamps, pts.values)
+                else:
+                    devices[ref.device] = pts
+    return series, errors
+
+
+def _floor(t: datetime, period_s: int) -> datetime:
+    return datetime.fromtimestamp(int(t.timestamp()) // period_s * period_s, t.tzinfo)
+
+
+def fetch_rollups(
+    cw: Any,
+    nodes: list[Node],
+    cfg: IdleConfig,
+    now: datetime,
+    cache: SeriesCache | None = None,
+) -> tuple[dict[str, list[PeriodStat]], dict[str, str]]:
+    """Each node's per-instance rollup over the window (``PeriodStat`` per period: Maximum,
+    Minimum, SampleCount of every accelerator's values,
+    ``coreburst.common.telemetry.ROLLUP_STATS``),
+    plus nodes that could not be read (id -> why). Three metrics per instance whatever its
+    accelerator count; no ListMetrics: the dimension set is exactly {InstanceId}. Publisher
+    heartbeats are not read here (``fetch_heartbeats``: only for nodes the rollup leaves
+    blind, and in ``explain``): a live publisher's rollup already proves it is alive.
+
+    With ``cache``, the periods already read are kept and only the periods since the last read
+    are asked for again, from ``max_gap + period`` before it (the most recent periods may still
+    have been filling). A node the window does not know yet, or whose read failed, is read over
+    the whole window. Without ``cache`` everything is read (``explain``, the check before an
+    action).
+    """
+    period_s = int(cfg.period.total_seconds())
+    win_start = _floor(now - cfg.window - cfg.period, period_s)
+    out: dict[str, list[PeriodStat]] = {}
+    errors: dict[str, str] = {}
+    # every family's nodes go into the same calls, grouped by where their read starts
+    groups: dict[datetime, list[tuple[Node, SeriesRef, _RollupWindow]]] = {}
+    windows: dict[tuple[str, ...], tuple[_RollupWindow, dict[str, list[PeriodStat]]]] = {}
+    for kind in sorted({n.accelerator_kind for n in nodes}):
+        metric = cfg.metrics.get(kind)
+        kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
+        if metric is None:
+            for n in kind_nodes:
+                errors[n.instance_id] = f"no metric configured for {kind}"
+            continue
+        key = (kind_nodes[0].region, metric.namespace, metric.metric_name, str(period_s))
+        w = cache.rollups.get(key) if cache else None
+        if w is None or not (win_start < w.until <= now):
+            w = _RollupWindow(now, {})
+        windows[key] = (w, {})
+        since = max(win_start, _floor(w.until - cfg.max_gap - cfg.period, period_s))
+        for n in kind_nodes:
+            ref = SeriesRef(
+                n.instance_id,
+                "rollup",
+                metric.namespace,
+                metric.metric_name,
+                (("InstanceId", n.instance_id),),
+            )
+            start = since if n.instance_id in w.periods else win_start
+            groups.setdefault(start, []).append((n, ref, w))
+    kept_by_window = {id(w): kept for w, kept in windows.values()}
+    k = len(ROLLUP_STATS)
+    for start, group in sorted(groups.items()):
+        items = [(ref, stat) for _, ref, _ in group for stat in ROLLUP_STATS]
+        data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
+        for j, (n, _, w) in enumerate(group):
+            iid = n.instance_id
+            if any(j * k + o in failed for o in range(k)):
+                errors[iid] = "GetMetricData failed for this node's batch"
+                continue
+            mx, mn, sc = (data.get(j * k + o, Series()) for o in range(k))
+            if mx.timestamps == mn.timestamps == sc.timestamps:
+                # the usual answer: one datapoint per period in all three
+                fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
+            else:
+                mins = dict(zip(mn.timestamps, mn.values, strict=True))
+                counts = dict(zip(sc.timestamps, sc.values, strict=True))
+                # a period with a Maximum but no SampleCount still proves busy; as
+                # coverage it counts as zero samples (a hole)
+                fresh = [
+                    PeriodStat(t, v, mins.get(t, v), counts.get(t, 0.0))
+                    for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
+                ]
+            # periods read before and not asked for again, then this read's (ascending)
+            old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
+            kept_by_window[id(w)][iid] = out[iid] = old + fresh
+    if cache is not None:
+        for wkey, (_, kept) in windows.items():
+            cache.rollups[wkey] = _RollupWindow(now, kept)
+    return out, errors
+
+
+def fetch_heartbeats(
+    cw: Any, nodes: list[Node], cfg: IdleConfig, now: datetime
+) -> dict[str, str | None]:
+    """Why each node's publisher counts as dead (None: alive), for the nodes whose metric
+    comes from a publisher of ours with a heartbeat (``heartbeat_refs``); other nodes are left
+    out. One metric per node over the idle window."""
+    items: list[tuple[SeriesRef, str]] = []
+    for kind in sorted({n.accelerator_kind for n in nodes}):
+        metric = cfg.metrics.get(kind)
+        if metric is not None:
+            kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
+            items += [(r, "Maximum") for r in heartbeat_refs(kind, metric, kind_nodes)]
+    if not items:
+        return {}
+    period_s = int(cfg.period.total_seconds())
+    start = _floor(now - cfg.window - cfg.period, period_s)
+    data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
+    out: dict[str, str | None] = {}
+    for i, (ref, _) in enumerate(items):
+        if i in failed:
+            out[ref.key] = "GetMetricData failed for the publisher heartbeat"
+        else:
+            out[ref.key] = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap)
+    return out
+
+
+def samples_per_period(cfg: IdleConfig) -> int:
+    """Values each accelerator publishes per rollup period (``PUBLISH_INTERVAL_S`` apart)."""
+    return max(1, int(cfg.period.total_seconds()) // PUBLISH_INTERVAL_S)
+
+
+# NetworkOut's period under EC2 basic monitoring; detailed monitoring's 60 s datapoints fall
+# inside it. Byte reads start and end on these boundaries, so each datapoint is in one read.
+BYTES_PERIOD_S = 300
+
+
+def sum_bytes(
+    cw: Any,
+    namespace: str,
+    metric: str,
+    dim: str,
+    *,
+    ids: Iterable[str],
+    start: datetime,
+    end: datetime,
+) -> tuple[dict[str, float], bool]:
+    """Bytes per resource in [start, end): the Sum of every ``BYTES_PERIOD_S`` period in it
+    (CloudWatch stamps a datapoint at its period's start and counts a period when
+    StartTime <= its start < EndTime). ``start`` and ``end`` must lie on period boundaries
+    (``guardrails.egress.read_span``), so consecutive reads neither miss nor repeat a byte.
+    Returns the totals and whether any batch failed (its resources are then missing)."""
+    if int(start.timestamp()) % BYTES_PERIOD_S or int(end.timestamp()) % BYTES_PERIOD_S:
+        raise ValueError(f"byte reads must start and end on {BYTES_PERIOD_S} s boundaries")
+    refs = [SeriesRef(i, "", namespace, metric, ((dim, i),)) for i in ids]
+    data, failed = get_metric_data(
+        cw, refs, start=start, end=end, period_s=BYTES_PERIOD_S, stat="Sum"
+    )
+    return {refs[i].key: sum(s.values) for i, s in data.items()}, bool(failed)
+
+
+# -- prices and other billed resources --------------------------------------------------------
+def spot_prices(ec2: Any, types: list[str], now: datetime) -> dict[tuple[str, str], float]:
+    """Latest Linux spot price per (type, AZ)."""
+    latest: dict[tuple[str, str], tuple[datetime, float]] = {}
+    pages = ec2.get_paginator("describe_spot_price_history").paginate(
+        InstanceTypes=types, StartTime=now, EndTime=now
+    )
+    for page in pages:
+        for p in page.get("SpotPriceHistory", []):
+            if not p.get("ProductDescription", "").startswith("Linux/UNIX"):
+                continue
+            k = (p["InstanceType"], p["AvailabilityZone"])
+            ts = p["Timestamp"]
+            if k not in latest or ts > latest[k][0]:
+                latest[k] = (ts, float(p["SpotPrice"]))
+    return {k: v for k, (_, v) in latest.items()}
+
+
+@dataclass(frozen=True)
+class LustreFs:
+    fs_id: str
+    deployment_type: str
+    throughput: int | None
+    capacity_gib: int
+    tags: dict[str, str]
+    # DescribeFileSystems' CreationTime: a file system made today bills from then, not midnight
+    created: datetime | None = None
+
+
+def lustre_file_systems(fsx: Any) -> list[LustreFs]:
+    out: list[LustreFs] = []
+    for page in fsx.get_paginator("describe_file_systems").paginate():
+        for fs in page.get("FileSystems", []):
+            if fs.get("FileSystemType") != "LUSTRE":
+                continue
+            lc = fs.get("LustreConfiguration", {})
+            out.append(
+                LustreFs(
+                    fs["FileSystemId"],
+                    lc.get("DeploymentType", "PERSISTENT_2"),
+                    lc.get("PerUnitStorageThroughput"),
+                    int(fs.get("StorageCapacity", 0)),
+                    {t["Key"]: t["Value"] for t in fs.get("Tags", [])},
+                    fs.get("CreationTime"),
+                )
+            )
+    return out
+
+
+def dx_connections(dx: Any) -> list[tuple[str, str, dict[str, str]]]:
+    """(connection id, bandwidth, tags) of every connection that bills."""
+    resp = dx.describe_connections()
+    return [
+        (
+            c["connectionId"],
+            c["bandwidth"],
+            {t["key"]: t.get("value", "") for t in c.get("tags", [])},
+        )
+        for c in resp.get("connections", [])
+        if c.get("connectionState") in ("available", "ordering", "pending", "down")
+    ]
+
+
+def nat_gateways(ec2: Any) -> list[str]:
+    ids: list[str] = []
+    for page in ec2.get_paginator("describe_nat_gateways").paginate(
+        Filter=[{"Name": "state", "Values": ["available"]}]
+    ):
+        ids.extend(g["NatGatewayId"] for g in page.get("NatGateways", []))
+    return ids
+
+
+def cost_explorer_actuals(
+    ce: Any,
+    start: datetime,
+    end: datetime,
+    tag: tuple[str, str] | None,
+    *,
+    metric: str = "UnblendedCost",
+    usage_type_group: str | None = None,
+) -> float:
+    """Sum of a Cost Explorer metric over complete days [start, end)."""
+    if end.date() <= start.date():
+        return 0.0
+    kw: dict[str, Any] = {
+        "TimePeriod": {"Start": start.date().isoformat(), "End": end.date().isoformat()},
+        "Granularity": "MONTHLY",
+        "Metrics": [metric],
+    }
+    filters: list[dict[str, Any]] = []
+    if tag:
+        filters.append({"Tags": {"Key": tag[0], "Values": [tag[1]]}})
+    if usage_type_group:
+        filters.append({"Dimensions": {"Key": "USAGE_TYPE_GROUP", "Values": [usage_type_group]}})
+    if len(filters) == 1:
+        kw["Filter"] = filters[0]
+    elif filters:
+        kw["Filter"] = {"And": filters}
+    total = 0.0
+    token: str | None = None
+    while True:
+        if token:
+            kw["NextPageToken"] = token
+        resp = ce.get_cost_and_usage(**kw)
+        for r in resp.get("ResultsByTime", []):
+            tot = r.get("Total", {})
+            amt = tot.get(metric) or next(iter(tot.values()), None)
+            if amt:
+                total += float(amt["Amount"])
+        token = resp.get("NextPageToken")
+        if not token:
+            return total
+
+
+# -- actions --------------------------------------------------------------------------------
+def tag_instance(ec2: Any, instance_id: str, key: str, value: str) -> None:
+    ec2.create_tags(Resources=[instance_id], Tags=[{"Key": key, "Value": value}])
+
+
+def untag_instance(ec2: Any, instance_id: str, key: str) -> None:
+    ec2.delete_tags(Resources=[instance_id], Tags=[{"Key": key}])
+
+
+def reclaim(ec2: Any, asg: Any, node: Node, action: str) -> str:
+    if action == "stop":
+        ec2.stop_instances(InstanceIds=[node.instance_id])
+        return "StopInstances"
+    if action == "terminate":
+        ec2.terminate_instances(InstanceIds=[node.instance_id])
+        return "TerminateInstances"
+    if action == "scale-in":
+        asg.terminate_instance_in_auto_scaling_group(
+            InstanceId=node.instance_id, ShouldDecrementDesiredCapacity=True
+        )
+        return "TerminateInstanceInAutoScalingGroup"
+    raise ValueError(f"not an action: {action}")
+
+
+def scope_asgs(asg: Any, tag: tuple[str, str] | None) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for page in asg.get_paginator("describe_auto_scaling_groups").paginate():
+        for g in page.get("AutoScalingGroups", []):
+            tags = {t["Key"]: t["Value"] for t in g.get("Tags", [])}
+            if tag is None or tags.get(tag[0]) == tag[1]:
+                out.append(g)
+    return out
+
+
+def scale_to_zero(asg: Any, name: str) -> None:
+    asg.update_auto_scaling_group(AutoScalingGroupName=name, MinSize=0, DesiredCapacity=0)
+
+
+def window_start(now: datetime, window: timedelta) -> datetime:
+    return now - window

@@ -1,0 +1,424 @@
+"""A small adapter over Slurm's ``scontrol`` for the daemon (the ``burst-reconcile`` rule).
+
+It reads ``scontrol -o show nodes`` (one line per node, ``Key=Value`` fields; scontrol(1),
+"-o, --oneliner") and sets nodes' states with ``scontrol update nodename=... state=...``
+(scontrol(1), "NODES - SPECIFICATIONS FOR UPDATE COMMAND": ``State=POWER_DOWN_FORCE``,
+``State=POWER_DOWN_ASAP``, ``State=DOWN Reason=...``). Every call has a timeout; any failure
+is one ``SlurmError`` line.
+
+Node states as scontrol prints them: a base state (IDLE, ALLOCATED, MIXED, DOWN, ...) joined
+with ``+`` to flags (CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, POWER_DOWN, DRAIN,
+NOT_RESPONDING, ...), e.g. ``IDLE+CLOUD+POWERED_DOWN`` (slurm.conf(5) / scontrol(1) on Slurm
+22.05; REFERENCE.md "Slurm power saving").
+
+    >>> n = parse_nodes("NodeName=od-1 Arch=x86_64 State=ALLOCATED+CLOUD BootTime=None")["od-1"]
+    >>> n.cloud, n.busy, n.powered_down
+    (True, True, False)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+# A field starts at a word followed by '=' after whitespace; its value runs to the next one
+# (values such as Reason= and OS= contain spaces).
+_FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(.*?)(?=\s+[A-Za-z_]+=|\s*$)")
+BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
+POWERED_DOWN = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
+
+
+class SlurmError(RuntimeError):
+    """scontrol missing, timed out or failed; the message is one line."""
+
+
+@dataclass(frozen=True)
+class SlurmNode:
+    name: str
+    states: frozenset[str]
+    reason: str = ""
+    boot_time: str = ""
+    fields: dict[str, str] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def cloud(self) -> bool:
+        return "CLOUD" in self.states
+
+    @property
+    def busy(self) -> bool:
+        """Running (or finishing) a job: never take its instance away."""
+        return bool(self.states & BUSY)
+
+    @property
+    def powered_down(self) -> bool:
+        """Powered down, powering down, or queued to: Slurm wants no instance under it."""
+        return bool(self.states & POWERED_DOWN)
+
+    @property
+    def powering_up(self) -> bool:
+        return "POWERING_UP" in self.states
+
+
+def parse_nodes(text: str) -> dict[str, SlurmNode]:
+    """node name -> node, from ``scontrol -o show nodes`` output."""
+    out: dict[str, SlurmNode] = {}
+    for line in text.splitlines():
+        fields = {m.group(1): m.group(2) for m in _FIELD.finditer(line.strip())}
+        name = fields.get("NodeName")
+        if not name:
+            continue
+        # scontrol may mark states with a suffix (*, ~, #, %, !, $, @, ^, -) in some views.
+        states = frozenset(
+            s.strip("*~#%!$@^-") for s in fields.get("State", "").upper().split("+") if s
+        )
+        out[name] = SlurmNode(
+            name, states, fields.get("Reason", ""), fields.get("BootTime", ""), fields
+        )
+    return out
+
+
+@dataclass
+class Scontrol:
+    """``scontrol`` from ``bin_dir`` (or PATH), reading ``conf`` (or SLURM_CONF)."""
+
+    bin_dir: Path | None = None
+    conf: Path | None = None
+    timeout_s: float = 30.0
+
+    def run(self, *args: str) -> str:
+        return run_tool(
+            "scontrol", *args, bin_dir=self.bin_dir, conf=self.conf, timeout_s=self.timeout_s
+        )
+
+    def nodes(self) -> dict[str, SlurmNode]:
+        return parse_nodes(self.run("-o", "show", "nodes"))
+
+    def power_down(self, nodes: list[str]) -> str:
+        """Forced power-down (jobs on the node are requeued; SuspendProgram runs)."""
+        self.run("update", "nodename=" + ",".join(nodes), "state=power_down_force")
+        return "scontrol update state=power_down_force"
+
+    def reservations(self) -> list[str]:
+        """Names of the current reservations (``scontrol -o show reservation``)."""
+        out = self.run("-o", "show", "reservation")
+        return re.findall(r"^ReservationName=(\S+)", out, flags=re.M)
+
+    def reserve(self, name: str, nodes: list[str], minutes: int | None) -> str:
+        """A MAINT reservation: Slurm neither gives the nodes to pending jobs nor powers them
+        up (scontrol(1), "RESERVATIONS"; REFERENCE.md "Slurm power saving"). OVERLAP: the
+        nodes may already be in another reservation (the spend gate's). ``minutes``: it ends by
+        itself after that long; None: until deleted."""
+        self.run(
+            "create", "reservation", f"ReservationName={name}", "Nodes=" + ",".join(nodes),
+            "Users=root", "Flags=MAINT,IGNORE_JOBS,OVERLAP", "StartTime=now",
+            f"Duration={minutes if minutes is not None else 'UNLIMITED'}",
+        )  # fmt: skip
+        return "scontrol create reservation"
+
+    def down(self, nodes: list[str], reason: str) -> str:
+        self.run("update", "nodename=" + ",".join(nodes), "state=down", f"reason={reason}")
+        return "scontrol update state=down"
+
+
+# -- the burst spend gate's holds ------------------------------------------------------------
+# coreburst/burst/power.py (the resume program) places them; the burst-reconcile rule lifts them.
+# Their
+# names carry the projected cost (Slurm 22.05 reservations have no comment field):
+# ``coreburst-spend-<ceil USD>usd-<epoch ms>-<pid>``.
+SPEND_HOLD_PREFIX = "coreburst-spend-"
+_SPEND_HOLD = re.compile(rf"^ReservationName=({re.escape(SPEND_HOLD_PREFIX)}(?:(\d+)usd-)?\S*)")
+_RESV_NODES = re.compile(r"\bNodes=(\S+)")
+
+
+@dataclass(frozen=True)
+class SpendHold:
+    """One spend-gate reservation as ``scontrol -o show reservation`` prints it."""
+
+    name: str
+    cost_usd: float
+    nodes: str  # a Slurm hostlist, as scontrol prints it
+
+
+def parse_spend_holds(text: str) -> list[SpendHold]:
+    """The spend gate's reservations in ``scontrol -o show reservation`` output (one line per
+    reservation, ``ReservationName=... Nodes=...``; others are ignored).
+
+    >>> parse_spend_holds("ReservationName=coreburst-spend-98usd-1-2 StartTime=x Nodes=od-[1-2]")
+    [SpendHold(name='coreburst-spend-98usd-1-2', cost_usd=98.0, nodes='od-[1-2]')]
+    """
+    out = []
+    for line in text.splitlines():
+        m = _SPEND_HOLD.match(line.strip())
+        on = _RESV_NODES.search(line)
+        if m and on:
+            out.append(SpendHold(m.group(1), float(m.group(2) or 0), on.group(1)))
+    return out
+
+
+def spend_left(
+    daily_limit_usd: float | None,
+    monthly_limit_usd: float | None,
+    snapshot: Any,
+    *,
+    now: datetime,
+    max_age: timedelta,
+    scope: str,
+) -> dict[str, float] | str:
+    """USD a spend scope has left per period (``today``, ``this month``), or why that cannot
+    be known: no snapshot, or one older than ``max_age`` (fail closed: the daemon is not
+    measuring). ``snapshot``: the guardrails state's ``last_spend(scope)`` row (``ts``,
+    ``today``, ``mtd``). The resume program's gate and the rule's release both use this."""
+    if snapshot is None:
+        return f"no spend snapshot for scope {scope}"
+    age = now - datetime.fromisoformat(str(snapshot["ts"]))
+    if age > max_age:
+        return f"spend snapshot for {scope} is {age.total_seconds() / 60:.0f} min old"
+    left: dict[str, float] = {}
+    if daily_limit_usd is not None:
+        left["today"] = daily_limit_usd - float(snapshot["today"])
+    if monthly_limit_usd is not None:
+        left["this month"] = monthly_limit_usd - float(snapshot["mtd"])
+    return left
+
+
+def releasable(
+    holds: list[SpendHold], left: dict[str, float]
+) -> tuple[list[SpendHold], list[tuple[SpendHold, str]]]:
+    """Which holds fit what is left (cheapest first, each counted against the rest), and
+    which stay and why. The next resume checks the jobs' cost again."""
+    room = min(left.values(), default=math.inf)
+    release: list[SpendHold] = []
+    keep: list[tuple[SpendHold, str]] = []
+    for h in sorted(holds, key=lambda h: (h.cost_usd, h.name)):
+        if room <= 0 or h.cost_usd > room:
+            keep.append((h, f"${h.cost_usd:,.0f} projected > ${max(room, 0):,.0f} left"))
+            continue
+        release.append(h)
+        room -= h.cost_usd
+    return release, keep
+
+
+def power_down_when_idle(sc: Scontrol, nodes: list[str]) -> str:
+    """``State=POWER_DOWN_ASAP`` (Slurm 21.08+): Slurm drains the nodes, so no new job lands
+    on them, lets running jobs finish (none is killed), then powers them down and its
+    SuspendProgram ends the instances (scontrol(1), "NODES - SPECIFICATIONS FOR UPDATE
+    COMMAND"). Plain ``POWER_DOWN`` would leave a busy node schedulable until it is idle. Slurm
+    clears the drain (reason ``POWER_DOWN_ASAP``) when it powers the node down
+    (src/slurmctld/power_save.c), so the node can be resumed for later jobs.
+
+        >>> power_down_when_idle(Scontrol(), ["od-1"])  # doctest: +SKIP
+        'scontrol update state=power_down_asap'
+    """
+    sc.run("update", "nodename=" + ",".join(nodes), "state=power_down_asap")
+    return "scontrol update state=power_down_asap"
+
+
+def delete_reservation(sc: Scontrol, name: str) -> str:
+    sc.run("delete", f"ReservationName={name}")
+    return "scontrol delete reservation"
+
+
+# -- jobs and the GPUs they hold (the ``core-idle`` rule) ---------------------------------------
+# Read from ``squeue --json`` (Slurm's OpenAPI data parser; 22.05 prints plugin openapi/v0.0.38):
+# per job ``job_id``, ``user_name``, ``account``, ``partition``, ``start_time`` (Unix seconds),
+# ``time_limit`` (minutes), ``batch_flag`` (false for salloc/srun: interactive), ``comment``,
+# ``restart_cnt``, the job's nodes and ``gres_detail``, one entry per allocated node in the
+# nodes' order, e.g. ``gpu:h100:2(IDX:0-1)`` (the same text as ``scontrol -d show job``'s
+# ``GRES=``). The nodes are ``job_resources.allocated_nodes[].nodename`` up to Slurm 23.11
+# (data_parser v0.0.38-v0.0.40) and ``job_resources.nodes.allocation[]`` (``index``, ``name``)
+# from 24.05 (v0.0.41+; src/plugins/data_parser/v0.0.41/parsers.c, ``JOB_RES_NODE``). Slurm
+# 23.02+ wraps numbers as ``{"set": true, "number": N}`` and makes ``job_state`` a list. Every
+# form is read; tests/fixtures/slurm/ has one output per layout.
+_GPU_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
+# Slurm's NO_VAL / INFINITE sentinels for a 32-bit time limit.
+_NO_TIME = 0xFFFFFFFE
+
+
+@dataclass(frozen=True)
+class SlurmJob:
+    """A running job and the GPUs it holds: node name -> GPU indices (gres.conf order)."""
+
+    job_id: str
+    user: str
+    account: str
+    partition: str
+    start: datetime
+    time_limit: timedelta | None  # None: no limit
+    gpus: dict[str, tuple[int, ...]]
+    interactive: bool
+    comment: str = ""
+    restarts: int = 0
+    name: str = ""
+
+    @property
+    def gpu_count(self) -> int:
+        return sum(len(v) for v in self.gpus.values())
+
+
+def gpu_indices(gres: str) -> tuple[int, ...]:
+    """GPU indices in one node's GRES detail.
+
+    >>> gpu_indices("gpu:h100:3(IDX:0,2-3)"), gpu_indices("gpu:2(IDX:4-5)"), gpu_indices("")
+    ((0, 2, 3), (4, 5), ())
+    """
+    out: list[int] = []
+    for m in _GPU_IDX.finditer(gres):
+        for raw in m.group(1).split(","):
+            part = raw.strip()
+            if not part or part.upper() == "N/A":
+                continue
+            lo, _, hi = part.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise SlurmError(f"GRES detail {gres!r}: index {part!r} is not a number or range")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    return tuple(out)
+
+
+def _num(v: Any) -> int | None:
+    """A number, or Slurm's newer ``{"set": bool, "infinite": bool, "number": N}`` wrapper."""
+    if isinstance(v, dict):
+        if v.get("infinite") or not v.get("set", True):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return int(v)
+
+
+def _running(job: dict[str, Any]) -> bool:
+    st = job.get("job_state")
+    states = st if isinstance(st, list) else [st]
+    return "RUNNING" in states
+
+
+def _job_nodes(res: Any) -> list[object] | None:
+    """A job's node names in allocation order, from either ``job_resources`` layout; None when
+    it has neither (a pending job, or a layout this code does not know)."""
+    if not isinstance(res, dict):
+        return None
+    nodes = res.get("nodes")
+    if isinstance(nodes, dict) and isinstance(nodes.get("allocation"), list):
+        # 24.05+: listed by node ``index``, the order gres_detail follows (_dump_node_res).
+        return [n.get("name") for n in nodes["allocation"] if isinstance(n, dict)]
+    if isinstance(res.get("allocated_nodes"), list):
+        return [n.get("nodename") for n in res["allocated_nodes"] if isinstance(n, dict)]
+    return None
+
+
+def parse_jobs(text: str) -> list[SlurmJob]:
+    """The running jobs in ``squeue --json`` output. Malformed output raises ``SlurmError``
+    (one line): a partly read job list is never acted on."""
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        raise SlurmError("squeue --json: output is not JSON") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise SlurmError("squeue --json: no 'jobs' list in the output")
+    out: list[SlurmJob] = []
+    for j in jobs:
+        if not isinstance(j, dict) or not _running(j):
+            continue
+        jid = _num(j.get("job_id"))
+        start = _num(j.get("start_time"))
+        if jid is None or start is None:
+            raise SlurmError(f"squeue --json: a running job lacks job_id or start_time: {j!r:.80}")
+        names = _job_nodes(j.get("job_resources"))
+        detail = j.get("gres_detail") or []
+        if not isinstance(detail, list) or not all(isinstance(d, str) for d in detail):
+            raise SlurmError(f"squeue --json: job {jid}: gres_detail is not a list of strings")
+        if detail and names is None:
+            raise SlurmError(
+                f"squeue --json: job {jid}: holds GRES but lists no nodes (neither "
+                "job_resources.allocated_nodes, Slurm <= 23.11, nor "
+                "job_resources.nodes.allocation, 24.05+)"
+            )
+        names = names or []
+        if not all(isinstance(n, str) and n for n in names):
+            raise SlurmError(f"squeue --json: job {jid}: an allocated node has no name")
+        if detail and len(detail) != len(names):
+            raise SlurmError(
+                f"squeue --json: job {jid}: {len(detail)} gres_detail entries for "
+                f"{len(names)} allocated nodes"
+            )
+        gpus = {str(n): gpu_indices(d) for n, d in zip(names, detail, strict=False)}
+        limit = _num(j.get("time_limit"))
+        out.append(
+            SlurmJob(
+                job_id=str(jid),
+                user=str(j.get("user_name") or j.get("user_id") or ""),
+                account=str(j.get("account") or ""),
+                partition=str(j.get("partition") or ""),
+                start=datetime.fromtimestamp(start, UTC),
+                time_limit=None if limit is None or limit >= _NO_TIME else timedelta(minutes=limit),
+                gpus={n: ix for n, ix in gpus.items() if ix},
+                interactive=j.get("batch_flag") is False,
+                comment=str(j.get("comment") or ""),
+                restarts=_num(j.get("restart_cnt")) or 0,
+                name=str(j.get("name") or ""),
+            )
+        )
+    return out
+
+
+def run_tool(
+    tool: str, *args: str, bin_dir: Path | None, conf: Path | None, timeout_s: float
+) -> str:
+    """Run a Slurm client (``squeue``, ``scontrol``, ``scancel``); any failure is one
+    ``SlurmError`` line."""
+    exe = str(bin_dir / tool) if bin_dir else tool
+    env = dict(os.environ)
+    if conf is not None:
+        env["SLURM_CONF"] = str(conf)
+    try:
+        proc = subprocess.run(
+            [exe, *args], check=False, capture_output=True, timeout=timeout_s, env=env
+        )
+    except FileNotFoundError:
+        raise SlurmError(f"{exe} not found: install slurm-client or set slurm_bin_dir") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmError(f"{tool} {' '.join(args[:3])} timed out after {timeout_s:g}s") from None
+    except OSError as exc:
+        raise SlurmError(f"{exe}: {exc.strerror}") from None
+    if proc.returncode != 0:
+        err = " ".join(proc.stderr.decode("utf-8", "replace").split())[:300]
+        raise SlurmError(f"{tool} {' '.join(args[:3])} failed ({proc.returncode}): {err}")
+    try:
+        return str(proc.stdout.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        # A job name or comment may hold any bytes; read nothing rather than guess.
+        raise SlurmError(
+            f"{tool} {' '.join(args[:3])} printed bytes that are not UTF-8 (at byte "
+            f"{exc.start}); nothing was read from it"
+        ) from None
+
+
+@dataclass
+class SlurmJobs:
+    """Running jobs, and requeue / cancel (scontrol(1) "requeue", scancel(1))."""
+
+    bin_dir: Path | None = None
+    conf: Path | None = None
+    timeout_s: float = 30.0
+
+    def _run(self, tool: str, *args: str) -> str:
+        return run_tool(tool, *args, bin_dir=self.bin_dir, conf=self.conf, timeout_s=self.timeout_s)
+
+    def running(self) -> list[SlurmJob]:
+        return parse_jobs(self._run("squeue", "--json", "--states=RUNNING"))
+
+    def requeue(self, job_id: str) -> str:
+        """Back to pending (the job must be requeueable; batch jobs are by default)."""
+        self._run("scontrol", "requeue", job_id)
+        return f"scontrol requeue {job_id}"
+
+    def cancel(self, job_id: str) -> str:
+        self._run("scancel", job_id)
+        return f"scancel {job_id}"

@@ -1,0 +1,1 @@
+"""The daemon's durable state: the StateStore protocol, SQLite and DynamoDB."""
