@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -287,7 +288,7 @@ def _cycle(d: Any) -> Any:
 
 def print_report(r: Any, console: Console) -> None:
     console.print(
-        f"[bold]cycle {r.at.isoformat()}[/]: {r.nodes} nodes "
+        f"[bold]cycle {r.at.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z[/]: {r.nodes} nodes "
         + ", ".join(f"{k} {v}" for k, v in sorted(r.states.items()))
     )
     for d in r.decisions:
@@ -348,13 +349,21 @@ def once(
     config: ConfigOpt = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "warning",
 ) -> None:
-    """Run one cycle and print what it saw and did."""
+    """Run one cycle and print what it saw and did.
+
+    Exit status: 0 when every rule ran, 1 when one failed (its error is printed; the others
+    still ran), 2 for bad input (config, credentials)."""
     from rich.console import Console
 
     configure_logging(log_level)
     cfg = _load(config)
     with _daemon(cfg) as d:
-        print_report(_cycle(d), Console())
+        report = _cycle(d)
+        # soft_wrap: a line longer than the terminal (or any line when stdout is a pipe or
+        # a log) is not broken mid-sentence.
+        print_report(report, Console(soft_wrap=True))
+    if report.errors:
+        raise typer.Exit(1)
 
 
 @app.command()

@@ -466,7 +466,9 @@ class CoreIdleConfig(_Strict):
     enabled: bool = False
     # Prometheus scraping dcgm-exporter on every core node (its HTTP API root).
     prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    # The whole answer's deadline (not one socket read's), and the largest answer read.
     prometheus_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    prometheus_max_mib: int = Field(default=64, ge=1, le=4096)
     # Resolution the activity is read at, and the longest hole tolerated in a GPU's series
     # (more, or no series at all: the job is blind and never acted on).
     step: Annotated[timedelta, Between("15s", "5m")] = timedelta(minutes=1)

@@ -31,12 +31,13 @@ the rule can refuse to judge a job when the exporter names another job on its GP
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import re
-import urllib.error
+import socket
+import time
 import urllib.parse
-import urllib.request
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -69,7 +70,81 @@ class Prometheus:
     """A Prometheus server's HTTP API at ``url`` (e.g. ``http://prometheus:9090``)."""
 
     url: str
+    # The whole answer's deadline, not one socket read's: a server that sends its headers and
+    # then a byte a second is cut off here (core_idle.prometheus_timeout_s).
     timeout_s: float = 30.0
+    # The largest answer read: a range query over a big fleet can come back as hundreds of MB,
+    # which the daemon must not hold (core_idle.prometheus_max_mib).
+    max_bytes: int = 64 * 2**20
+
+    def _post(self, where: str, form: bytes) -> bytes:
+        """POST ``form`` to ``where``; the body, read within ``timeout_s`` in all and at most
+        ``max_bytes`` long. Every failure is one PrometheusError line."""
+        u = urllib.parse.urlsplit(where)
+        if u.scheme not in ("http", "https") or not u.hostname:
+            raise PrometheusError(
+                f"Prometheus {where}: not an http(s) URL; check core_idle.prometheus_url"
+            )
+        deadline = time.monotonic() + self.timeout_s
+        conn_cls = (
+            http.client.HTTPSConnection if u.scheme == "https" else http.client.HTTPConnection
+        )
+        conn = conn_cls(u.hostname, u.port, timeout=self.timeout_s)
+        path = u.path + (f"?{u.query}" if u.query else "")
+        try:
+            conn.request(
+                "POST", path, body=form,
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )  # fmt: skip
+            resp = conn.getresponse()
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise PrometheusError(
+                        f"Prometheus {where}: no complete answer within {self.timeout_s:g}s "
+                        f"({size} bytes so far); check the server or raise "
+                        "core_idle.prometheus_timeout_s"
+                    )
+                if conn.sock is not None:
+                    conn.sock.settimeout(left)
+                chunk = resp.read1(1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > self.max_bytes:
+                    raise PrometheusError(
+                        f"Prometheus {where}: answer over {self.max_bytes / 2**20:g} MiB; "
+                        "narrow core_idle (fewer hosts per query, a coarser step) or raise "
+                        "core_idle.prometheus_max_mib"
+                    )
+                chunks.append(chunk)
+            body = b"".join(chunks)
+            status = resp.status
+        except PrometheusError:
+            raise
+        except (OSError, http.client.HTTPException) as exc:
+            if isinstance(exc, TimeoutError | socket.timeout) and time.monotonic() >= deadline:
+                raise PrometheusError(
+                    f"Prometheus {where}: no complete answer within {self.timeout_s:g}s; "
+                    "check the server or raise core_idle.prometheus_timeout_s"
+                ) from None
+            why = getattr(exc, "strerror", None) or type(exc).__name__
+            raise PrometheusError(
+                f"Prometheus {where} unreachable ({why}); check core_idle.prometheus_url"
+            ) from None
+        finally:
+            conn.close()
+        if status >= 400:
+            # 400/422/503 carry the API's JSON error body; say what it says.
+            try:
+                err = json.loads(body)
+                detail = f"{err.get('errorType', '')}: {err.get('error', '')}"
+            except (ValueError, AttributeError):
+                detail = body[:200].decode("utf-8", "replace")
+            raise PrometheusError(f"Prometheus {where}: HTTP {status} {detail}")
+        return body
 
     def query_range(
         self, query: str, start: datetime, end: datetime, step_s: float
@@ -86,29 +161,7 @@ class Prometheus:
             }
         ).encode()
         where = f"{self.url.rstrip('/')}/api/v1/query_range"
-        req = urllib.request.Request(
-            where,
-            data=form,
-            headers={"Content-Type": "application/x-www-form-urlencoded"},
-            method="POST",
-        )
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                body = resp.read()
-        except urllib.error.HTTPError as exc:
-            # 400/422/503 carry the API's JSON error body; say what it says.
-            body = exc.read()
-            try:
-                err = json.loads(body)
-                detail = f"{err.get('errorType', '')}: {err.get('error', '')}"
-            except ValueError:
-                detail = body[:200].decode("utf-8", "replace")
-            raise PrometheusError(f"Prometheus {where}: HTTP {exc.code} {detail}") from None
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
-            why = getattr(exc, "reason", exc)
-            raise PrometheusError(
-                f"Prometheus {where} unreachable ({why}); check core_idle.prometheus_url"
-            ) from None
+        body = self._post(where, form)
         try:
             doc = json.loads(body)
         except ValueError:

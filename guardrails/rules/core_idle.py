@@ -274,7 +274,10 @@ def run(ctx: RuleContext) -> None:
         return
     try:
         window, whole = read_activity(
-            Prometheus(str(p.prometheus_url), p.prometheus_timeout_s), jobs, now, p
+            Prometheus(str(p.prometheus_url), p.prometheus_timeout_s, p.prometheus_max_mib * 2**20),
+            jobs,
+            now,
+            p,
         )
     except PrometheusError as exc:  # every job is blind this cycle
         window, whole = Activity(), Activity()

@@ -1,0 +1,54 @@
+"""`coreburst guardrails once` says in its exit status whether the cycle ran cleanly (issue
+24): 0 when every rule ran, 1 when one failed (printed; the others still ran). AWS is moto in
+process; the failing rule is core-idle with no Slurm client on its path (one line, as a host
+without slurm-client would give)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from moto import mock_aws
+from typer.testing import CliRunner
+
+from guardrails import cli
+
+
+def _config(tmp_path: Path, core_idle: bool) -> Path:
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(
+        f'state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
+        "metrics_endpoint: {enabled: false}\nregions: [us-east-1]\n"
+        + (
+            "core_idle: {enabled: true, prometheus_url: 'http://127.0.0.1:9', "
+            f'slurm_bin_dir: "{tmp_path}/no-slurm"}}\n'
+            if core_idle
+            else ""
+        )
+    )
+    return cfg
+
+
+@pytest.mark.parametrize(("core_idle", "code"), [(False, 0), (True, 1)])
+def test_once_exits_1_when_a_rule_failed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, core_idle: bool, code: int
+) -> None:
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "COREBURST_SLACK_WEBHOOK_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        r: Any = CliRunner().invoke(
+            cli.app, ["once", "--config", str(_config(tmp_path, core_idle))]
+        )
+    assert r.exit_code == code, r.output
+    assert "Traceback" not in r.output
+    if core_idle:
+        assert "error" in r.output and "squeue" in r.output, r.output
+    # Times are printed to the second, not the microsecond; lines are not hard-wrapped.
+    assert re.search(r"^cycle \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ: ", r.output, re.M), r.output
+    if core_idle:
+        (line,) = [ln for ln in r.output.splitlines() if "squeue" in ln]
+        assert line.rstrip().endswith("install slurm-client or set slurm_bin_dir"), r.output
