@@ -257,6 +257,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except LambdaPackageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # the destination: read-only, under a file, no space
+        where = exc.filename or args.dest
+        print(
+            f"error: cannot write the Lambda package at {where}: {exc.strerror}; "
+            "give --dest a writable directory",
+            file=sys.stderr,
+        )
+        return 2
     print(path)
     return 0
 

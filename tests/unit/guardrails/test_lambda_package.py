@@ -222,3 +222,22 @@ def test_cli_exits_2_with_the_message(
     assert capsys.readouterr().err == (
         "error: could not build the guardrails Lambda package: offline\n"
     )
+
+
+@pytest.mark.parametrize("where", ["under-a-file", "read-only"])
+def test_an_unwritable_dest_is_one_line_exit_2(tmp_path: Path, where: str) -> None:
+    """`python -m infra.lambda_package --dest` where nothing can be written (issue 24): one
+    line naming the place and the fix, exit 2, no traceback."""
+    if where == "under-a-file":
+        (tmp_path / "f").write_text("x")
+        dest = tmp_path / "f" / "lambda"
+    else:
+        dest = Path("/proc/coreburst-lambda")  # procfs: no directory can be made there
+    r = subprocess.run(
+        [sys.executable, "-m", "infra.lambda_package", "--dest", str(dest)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 2, r.stderr
+    (line,) = r.stderr.strip().splitlines()
+    assert line.startswith("error: cannot write the Lambda package at ")
+    assert line.endswith("give --dest a writable directory") and "Traceback" not in r.stderr
