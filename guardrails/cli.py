@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -311,6 +311,17 @@ def print_report(r: Any, console: Console) -> None:
         console.print(f"  [yellow]error[/] {e}")
 
 
+def _when(stamp: Any) -> str:
+    """An ISO time from the state as a person reads it: UTC to the second (``never``: none)."""
+    if not stamp:
+        return "never"
+    try:
+        t = datetime.fromisoformat(str(stamp))
+    except ValueError:
+        return str(stamp)
+    return f"{t.astimezone(UTC):%Y-%m-%d %H:%M:%S}Z" if t.tzinfo else f"{t:%Y-%m-%d %H:%M:%S}"
+
+
 def _spend_notes(s: dict[str, Any]) -> list[str]:
     """What a scope's totals leave out and when its limits are reached at the current burn
     (from a cycle report's or ``last_cycle``'s spend entry; older entries lack both)."""
@@ -417,17 +428,18 @@ def status(config: ConfigOpt = None) -> None:
             raise fail(_path_problem("state.path", cfg.state.path, NotADirectoryError()))
         raise fail(f"no state at {cfg.state.path}: run `once` or `run` first", 1)
     st = open_state(cfg)
-    console = Console()
+    console = Console(soft_wrap=True)
     last = st.get("last_cycle", {})
+    states = ", ".join(f"{n} {k}" for k, n in sorted(last.get("states", {}).items()))
     console.print(
-        f"[bold]last cycle[/] {last.get('at', 'never')}: {last.get('nodes', 0)} nodes "
-        f"{last.get('states', {})}"
+        f"[bold]last cycle[/] {_when(last.get('at'))}: {last.get('nodes', 0)} nodes"
+        + (f" ({states})" if states else "")
     )
     t = Table("instance", "marked at", "action", "reason", title="Idle marks")
     for r in st.marks().values():
         t.add_row(
             r["instance_id"],
-            r["marked_at"],
+            _when(r["marked_at"]),
             r["action"] + (" (dry-run)" if r["dry_run"] else ""),
             r["reason"],
         )
@@ -464,7 +476,9 @@ def status(config: ConfigOpt = None) -> None:
             f"  [red]failed[/] {escape(r['dedupe_key'])}: {escape(r['last_error'] or '')}"
         )
     for a in st.actions()[-10:]:
-        console.print(f"  action {a['kind']} {a['instance_id']} {a['status']} {a['updated_at']}")
+        console.print(
+            f"  action {a['kind']} {a['instance_id']} {a['status']} {_when(a['updated_at'])}"
+        )
     st.close()
 
 

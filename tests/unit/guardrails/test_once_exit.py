@@ -52,3 +52,28 @@ def test_once_exits_1_when_a_rule_failed(
     if core_idle:
         (line,) = [ln for ln in r.output.splitlines() if "squeue" in ln]
         assert line.rstrip().endswith("install slurm-client or set slurm_bin_dir"), r.output
+
+
+def test_status_reads_as_text_not_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`guardrails status` after a cycle: the node states as words and counts, times to the
+    second; no Python dict or microseconds (issue 24: `0 nodes {}`, `{'core-blind': 1}`)."""
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "COREBURST_SLACK_WEBHOOK_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    cfg = _config(tmp_path, core_idle=False)
+    with mock_aws():
+        import boto3
+
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        ec2.run_instances(
+            ImageId="ami-12c6146b", MinCount=2, MaxCount=2, InstanceType="p5.48xlarge"
+        )
+        assert CliRunner().invoke(cli.app, ["once", "--config", str(cfg)]).exit_code in (0, 1)
+        r: Any = CliRunner().invoke(cli.app, ["status", "--config", str(cfg)])
+    assert r.exit_code == 0, r.output
+    first = r.output.splitlines()[0]
+    assert re.fullmatch(
+        r"last cycle \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ: 2 nodes \([a-z0-9 ,-]+\)", first
+    ), first
+    assert "{" not in r.output and "'" not in first
