@@ -6,6 +6,7 @@ $ python -m guardrails demo
 
 from __future__ import annotations
 
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -14,7 +15,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.table import Table
 
+from coreburst.common.catalog import load_catalog
 from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import (
@@ -68,6 +71,55 @@ slack: {{cooldown: 30m, backoff_base: 1s}}
 state: {{path: "{workdir}/state.sqlite", audit_log: "{workdir}/audit.jsonl"}}
 metrics_endpoint: {{enabled: false}}
 """
+
+
+def instance_info(aws: Aws, where: dict[str, str | None]) -> dict[str, tuple[str, str]]:
+    """instance id -> (type, market) from EC2 (the emulator) for the actions' instances."""
+    out: dict[str, tuple[str, str]] = {}
+    by_region: dict[str, list[str]] = {}
+    for iid, region in where.items():
+        if region and iid.startswith("i-"):
+            by_region.setdefault(region, []).append(iid)
+    for region, ids in by_region.items():
+        resp = aws.client("ec2", region).describe_instances(InstanceIds=ids)
+        for r in resp["Reservations"]:
+            for i in r["Instances"]:
+                market = "spot" if i.get("InstanceLifecycle") == "spot" else "on-demand"
+                out[i["InstanceId"]] = (i["InstanceType"], f"{region}/{market}")
+    return out
+
+
+def savings(
+    actions: list[dict[str, Any]], info: dict[str, tuple[str, str]], catalog: Any
+) -> tuple[list[tuple[str, str, str, str, str, str]], float, int]:
+    """Rows (action, instance, type, region/market, status, $/h) for the demo's summary, the
+    $/h the done actions stop, and how many could not be priced (shown, never counted as 0).
+
+    >>> from coreburst.common.catalog import load_catalog
+    >>> rows, usd, unpriced = savings(
+    ...     [{"kind": "stop", "instance_id": "i-1", "status": "done"}],
+    ...     {"i-1": ("p5.48xlarge", "us-east-1/on-demand")}, load_catalog())
+    >>> round(usd, 2), unpriced
+    (55.04, 0)
+    """
+    rows = []
+    total, unpriced = 0.0, 0
+    for a in actions:
+        iid = str(a["instance_id"])
+        itype, where = info.get(iid, ("-", "-"))
+        usd = "-"
+        if a["status"] == "done" and a["kind"] in ("stop", "terminate", "scale-in"):
+            region, _, market = where.partition("/")
+            try:
+                rate = float(catalog.hourly_price(itype, region, market))
+            except Exception:  # unknown type or price: said so, never $0
+                unpriced += 1
+                usd = "unpriced"
+            else:
+                total += rate
+                usd = f"{rate:,.2f}"
+        rows.append((str(a["kind"]), iid, itype, where, str(a["status"]), usd))
+    return rows, total, unpriced
 
 
 def build_fleet(aws: Aws) -> list[FleetNode]:
@@ -163,7 +215,8 @@ def demo(
     from guardrails.cli import configure_logging
 
     configure_logging("warning")
-    console = Console()
+    # Not on a terminal (make demo | tee, CI logs): no hard wrap at 80 columns.
+    console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 160)
     t0 = time.monotonic()
     moto = MotoProcess().start()
     hook = WebhookReceiver(echo=_slack_echo(console)).start()
@@ -250,8 +303,21 @@ def demo(
                 clock.advance(STEP)
             daemon.outbox.flush()
             console.rule("summary")
-            acts = state.actions()
-            console.print(f"actions: {[(a['kind'], a['instance_id'], a['status']) for a in acts]}")
+            acts = [dict(a) for a in state.actions()]
+            region_of = {n.instance_id: n.region for n in fleet}
+            info = instance_info(
+                clients, {a["instance_id"]: region_of.get(a["instance_id"]) for a in acts}
+            )
+            rows, saved, unpriced = savings(acts, info, load_catalog())
+            table = Table("action", "instance", "type", "market", "status", "$/h no longer spent")
+            for row in rows:
+                table.add_row(*row)
+            console.print(table)
+            per_hour = f"${saved:,.2f}/h (${saved * 24:,.0f}/day)"
+            console.print(
+                f"{len(acts)} action(s) done; they stop {per_hour} of GPU spend"
+                + (f"; {unpriced} unpriced (not counted as $0)" if unpriced else "")
+            )
             console.print(
                 f"slack messages delivered: {len(hook.posts)}; outbox pending: "
                 f"{state.outbox_depth()}"
