@@ -117,6 +117,9 @@ def test_capacity_error_requeues_at_once_then_the_pool_backs_off(lab: BurstLab) 
             15,
         )
         assert f"(Code:{ICE})" in slurm.node(node).get("Reason", "")
+        # The requeued job says why, in one line (issue 21: reasons on the job).
+        shown = slurm.run("scontrol", "show", "job", job).stdout
+        assert f"AdminComment=coreburst: burst launch for {node} failed ({ICE}); requeued" in shown
 
         # The daemon's cycle backs the pool off: both od nodes in one MAINT reservation.
         events, outbox = _daemon_cycle(_guardrails_yaml(lab))
