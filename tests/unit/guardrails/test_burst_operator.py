@@ -12,7 +12,7 @@ from typing import Any
 
 from guardrails.adapters.slurm import parse_nodes
 from guardrails.config import BurstReconcileConfig
-from guardrails.rules.burst_reconcile import ICE, OPERATOR_RELEASED, holds, plan
+from guardrails.rules.burst_reconcile import ICE, OPERATOR_RELEASED, Instance, holds, plan
 from tests.unit.guardrails.test_burst_reconcile import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
@@ -67,3 +67,18 @@ def test_failed_resume_nodes_left_down_go_back_to_the_pool_operator_downs_stay()
     todo = plan([], nodes, NOW, timedelta(minutes=15))
     assert sorted(sn.name for sn, _ in todo.repair) == ["od-1", "od-2"]
     assert all("failed resume" in why for _, why in todo.repair)
+
+
+def test_a_resume_in_flight_is_never_reconciled_away() -> None:
+    """The reconciler's pass while a resume is launching od-1 (Slurm: POWERING_UP): the
+    instance CreateFleet just returned (no node tag yet) and the one already tagged are both
+    kept, and the node is not powered down for lack of an instance."""
+    nodes = parse_nodes(node_line("od-1", "IDLE+CLOUD+POWERING_UP"))
+    fresh = NOW - timedelta(seconds=20)
+    untagged = Instance("i-new", "us-east-1", "pending", fresh, None)
+    tagged = Instance("i-tagged", "us-east-1", "pending", fresh, "od-1")
+    todo = plan([untagged, tagged], nodes, NOW, timedelta(minutes=15))
+    assert todo.terminate == [] and todo.power_down == [] and todo.repair == []
+    # Once past orphan_timeout with the node still not up, the untagged one is an orphan.
+    later = plan([untagged, tagged], nodes, NOW + timedelta(minutes=16), timedelta(minutes=15))
+    assert [i.instance_id for i, _ in later.terminate] == ["i-new"]
