@@ -655,6 +655,27 @@ class BurstLab:
     # Between the power programs and moto when started with capacity_proxy=True.
     proxy: CapacityProxy | None = None
 
+    def power_down(self, nodes: list[str], timeout_s: float = 60) -> None:
+        """Force ``nodes`` down through Slurm (its SuspendProgram terminates their instances)
+        and wait until every instance is gone and every node is powered down (bounded)."""
+        hostlist = ",".join(nodes)
+        self.slurm.run(
+            "scontrol", "update", f"nodename={hostlist}", "state=power_down_force", check=False
+        )
+        self.wait(
+            f"{hostlist} instances gone",
+            lambda: not any(self.instances(n) for n in nodes),
+            timeout_s,
+        )
+
+        def powered_down(n: str) -> bool:  # idle~ or down~: no instance, nothing in flight
+            st = self.slurm.node_state(n)
+            return "POWERED_DOWN" in st and "POWERING" not in st
+
+        self.wait(
+            f"{hostlist} powered down", lambda: all(powered_down(n) for n in nodes), timeout_s
+        )
+
     def instances(self, node: str, states: tuple[str, ...] = ("pending", "running")) -> list[str]:
         resp = self.ec2.describe_instances(
             Filters=[

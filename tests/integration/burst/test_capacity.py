@@ -167,16 +167,7 @@ def test_reconcile_returns_a_node_left_down_by_a_failed_resume_to_the_pool(lab: 
     release of the resume-fail program left it) is back to ``idle~`` after one daemon cycle,
     with the reason kept in its Comment; a node an operator downed for another reason stays."""
     slurm = lab.slurm
-    for n in ("od-2", "sp-1"):  # powered down first (the test before may have used them)
-        slurm.run("scontrol", "update", f"nodename={n}", "state=power_down_force", check=False)
-    lab.wait(
-        "od-2 and sp-1 idle~",
-        lambda: all(
-            "POWERED_DOWN" in (st := slurm.node_state(n)) and "POWERING" not in st
-            for n in ("od-2", "sp-1")
-        ),
-        60,
-    )
+    lab.power_down(["od-2", "sp-1"])  # the test before may have used them
     slurm.run("scontrol", "update", "nodename=od-2", "state=down", "reason=ResumeTimeout reached")
     slurm.run("scontrol", "update", "nodename=sp-1", "state=down", "reason=bad EFA, RMA 1234")
     try:

@@ -196,16 +196,7 @@ def test_two_jobs_that_fit_only_together_over_the_limit_one_runs_one_waits_with_
     store.db.close()
     # Both burst nodes powered down first: a job that lands on a node still up from an
     # earlier test needs no resume (and no gate).
-    slurm.run("scontrol", "update", "nodename=od-[1-2]", "state=power_down_force", check=False)
-    lab.wait("od instances gone", lambda: not lab.instances("od-1") + lab.instances("od-2"), 60)
-    lab.wait(
-        "od nodes idle~",
-        lambda: all(
-            "POWERED_DOWN" in (st := slurm.node_state(n)) and "POWERING" not in st
-            for n in ("od-1", "od-2")
-        ),
-        60,
-    )
+    lab.power_down(["od-1", "od-2"])
     stack_file = slurm.lab / "Pulumi.lab.yaml"
     original = stack_file.read_text()
     _set_gate(lab, original, state_path, rate * 1.5)
