@@ -19,6 +19,25 @@ T1 = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 T0 = T1 - timedelta(hours=1)
 
 
+def _read_request(conn: socket.socket) -> None:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    while len(body) < length:
+        chunk = conn.recv(65536)
+        if not chunk:
+            return
+        body += chunk
+
+
 def _serve(answer: Callable[[socket.socket], None]) -> Iterator[str]:
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -35,8 +54,9 @@ def _serve(answer: Callable[[socket.socket], None]) -> Iterator[str]:
             with conn:
                 conn.settimeout(5)
                 try:
-                    conn.recv(65536)  # the request (small: one form POST)
+                    _read_request(conn)  # whole: unread bytes at close would reset it
                     answer(conn)
+                    conn.shutdown(socket.SHUT_WR)
                 except OSError:
                     pass
 
