@@ -5,6 +5,7 @@ $ coreburst tco --scenario coreburst/tco/examples/team8_85pct.yaml --plot tco.pn
 $ coreburst guardrails once --config guardrails.yaml
 $ coreburst onprem validate --inventory fleet.yaml
 $ coreburst core report --config guardrails.yaml --since 7d --plot core.png
+$ coreburst prices import AmazonEC2-us-east-1.json --region us-east-1
 
 ``coreburst guardrails --help`` imports the guardrails CLI and nothing of Pulumi, Ansible or
 matplotlib (tests/unit/test_architecture.py measures it): a command's module is imported when
@@ -45,6 +46,11 @@ PRODUCTS: dict[str, tuple[str, str, str]] = {
         "coreburst.core",
         "app",
         "On-prem core GPUs: allocated versus measured GPU-hours per team, and their price.",
+    ),
+    "prices": (
+        "coreburst.common.prices_import",
+        "app",
+        "Catalog prices: diff and import an AWS Price List offer file.",
     ),
 }
 # Commands added to a product's group from elsewhere: the demo lives in the sandbox (dev setup),

@@ -62,6 +62,15 @@ class Burst:
     gate: GateSummary | None
 
 
+@dataclass(frozen=True)
+class StackBudget:
+    """The stack's own monthly budget (``coreburst:budget.monthlyUsd``, what its AWS Budget
+    alarms on), and where it was read."""
+
+    monthly_usd: float
+    source: str
+
+
 @dataclass
 class Report:
     stack: str
@@ -75,6 +84,7 @@ class Report:
     burst: Burst | None = None
     # Which policy pack config the verdicts used (a path, or that there was none).
     policy_config: str = ""
+    budget: StackBudget | None = None
 
     @property
     def hourly(self) -> float:
@@ -137,6 +147,35 @@ def _mark_burst(lines: list[CostLine], burst: Burst) -> list[CostLine]:
     ]
 
 
+def _stack_budget(stack: str, root: Path | None, resources: list[Any]) -> StackBudget | None:
+    """``coreburst:budget.monthlyUsd`` from ``Pulumi.<stack>.yaml``; with only a preview, the
+    monthly USD limit of the AWS Budget the preview declares; None when neither has one."""
+    if stack_file(stack, root).is_file():
+        budget = load_stack_yaml(stack, root).get("coreburst:budget")
+        value = budget.get("monthlyUsd") if isinstance(budget, dict) else None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            if not (math.isfinite(value) and value > 0):
+                raise PlanError(
+                    f"Pulumi.{stack}.yaml: coreburst:budget.monthlyUsd {value}: give a positive "
+                    "number of USD per month"
+                )
+            return StackBudget(float(value), f"Pulumi.{stack}.yaml coreburst:budget")
+    for r in resources:
+        props = getattr(r, "props", {})
+        if getattr(r, "resource_type", "") != "aws:budgets/budget:Budget":
+            continue
+        if props.get("timeUnit") != "MONTHLY" or props.get("limitUnit") != "USD":
+            continue
+        raw = props.get("limitAmount")
+        try:
+            value = float(raw) if isinstance(raw, str | int | float) else math.nan
+        except ValueError:
+            continue
+        if math.isfinite(value) and value > 0:
+            return StackBudget(value, f"AWS Budget {getattr(r, 'name', '')} in the preview")
+    return None
+
+
 def build_report(
     stack: str,
     preview_json: Path | None = None,
@@ -162,6 +201,7 @@ def build_report(
     used = policy_config or policy_config_path(stack, root)
     violations = run_policies(resources, _policy_config(stack, policy_config, root))
     aws = sum(1 for r in resources if r.resource_type.startswith("aws:"))
+    budget = _stack_budget(stack, root, list(resources))
     return Report(
         stack,
         source,
@@ -172,6 +212,7 @@ def build_report(
         aws,
         burst=burst,
         policy_config=str(used) if used else "none: every policy at its defaults",
+        budget=budget,
     )
 
 
@@ -180,13 +221,92 @@ def _usd(x: float) -> str:
     return f"{x:,.2f}"
 
 
-def _diff_rows(report: Report) -> list[tuple[str, float, float]]:
+# Marks a price whose catalog figure is `unverified: true` (an estimate), in every table.
+UNVERIFIED = "unverified"
+
+
+def _unverified(source: str) -> bool:
+    """Whether a line's price rests on a catalog figure marked ``unverified: true``."""
+    return any(part.strip().endswith(" unverified") for part in source.split(";"))
+
+
+def _flag(source: str) -> str:
+    return UNVERIFIED if _unverified(source) else ""
+
+
+def _unverified_note(report: Report) -> str | None:
+    n = sum(1 for x in report.lines if _unverified(x.source))
+    if report.compare is not None:
+        n += sum(1 for x in report.compare.lines if _unverified(x.source))
+    if report.burst is not None:
+        n += sum(1 for p in report.burst.pools if _unverified(p.source))
+    if not n:
+        return None
+    return (
+        f"{n} price(s) marked {UNVERIFIED}: priced from catalog figures marked unverified "
+        "(estimates; coreburst/common/data/catalog.yaml, `coreburst prices import` updates them)"
+    )
+
+
+def _diff_rows(report: Report) -> list[tuple[str, float, float, bool]]:
+    """(item, base $/month, stack $/month, unverified) for ``--compare``: the delta is
+    stack - base, so what the stack adds to the base is positive."""
     other = report.compare
     assert other is not None
-    mine = {x.item: x.monthly_usd for x in report.lines}
-    theirs = {x.item: x.monthly_usd for x in other.lines}
-    items = list(mine) + [i for i in theirs if i not in mine]
-    return [(i, mine.get(i, 0.0), theirs.get(i, 0.0)) for i in items]
+    mine = {x.item: x for x in report.lines}
+    base = {x.item: x for x in other.lines}
+    items = list(base) + [i for i in mine if i not in base]
+
+    def usd(lines: dict[str, CostLine], item: str) -> float:
+        return lines[item].monthly_usd if item in lines else 0.0
+
+    return [
+        (
+            i,
+            usd(base, i),
+            usd(mine, i),
+            any(_unverified(d[i].source) for d in (mine, base) if i in d),
+        )
+        for i in items
+    ]
+
+
+def _budget_lines(report: Report) -> list[str]:
+    """The plan's fixed monthly total against the stack's own budget, with the headroom."""
+    b = report.budget
+    if b is None:
+        return [
+            f"budget: stack {report.stack} sets none (coreburst:budget.monthlyUsd): nothing to "
+            "compare the plan's total with"
+        ]
+    total, left = report.monthly, b.monthly_usd - report.monthly
+    used = 100 * total / b.monthly_usd
+    head = f"headroom ${left:,.2f}/month" if left >= 0 else f"OVER BUDGET by ${-left:,.2f}/month"
+    out = [
+        f"budget: ${b.monthly_usd:,.2f}/month ({b.source}); plan total ${total:,.2f}/month "
+        f"= {used:.1f}% of it; {head}"
+    ]
+    if report.burst is not None and left > 0:
+        per_hour = sum(p.usd_per_hour_all_nodes for p in report.burst.pools)
+        if per_hour > 0:
+            out.append(
+                f"burst nodes are not in that total: the headroom pays for {left / per_hour:,.1f} "
+                f"hours a month of every burst node at ${per_hour:,.2f}/hour"
+            )
+    return out
+
+
+def _budget_json(report: Report) -> dict[str, Any] | None:
+    b = report.budget
+    if b is None:
+        return None
+    return {
+        "monthlyUsd": round(b.monthly_usd, 2),
+        "source": b.source,
+        "planMonthlyUsd": round(report.monthly, 2),
+        "headroomUsd": round(b.monthly_usd - report.monthly, 2),
+        "usedPercent": round(100 * report.monthly / b.monthly_usd, 2),
+    }
 
 
 BURST_TITLE = "burst nodes: Slurm starts them on demand, billed per node-hour, not in the total"
@@ -198,6 +318,7 @@ BURST_COLUMNS = (
     "$/hour, all nodes",
     "MaxTime",
     "$ largest gate projection",
+    "price",
 )
 
 
@@ -214,6 +335,7 @@ def _burst_rows(b: Burst) -> list[tuple[str, ...]]:
                 _usd(p.usd_per_hour_all_nodes),
                 p.max_time,
                 "no MaxTime" if proj is None else _usd(proj),
+                _flag(p.source),
             )
         )
     return rows
@@ -268,6 +390,7 @@ def _burst_json(b: Burst) -> dict[str, Any]:
                     None if p.max_projection_usd is None else round(p.max_projection_usd, 2)
                 ),
                 "priceSource": p.source,
+                "unverified": _unverified(p.source),
             }
             for p in b.pools
         ],
@@ -302,10 +425,13 @@ def to_json(report: Report) -> dict[str, Any]:
                 # The catalog figures the line used: source key and date
                 # (coreburst/common/data/catalog.yaml).
                 "priceSource": x.source,
+                "unverified": _unverified(x.source),
             }
             for x in report.lines
         ],
         "totals": {"hourlyUsd": round(report.hourly, 4), "monthlyUsd": round(report.monthly, 2)},
+        "budget": _budget_json(report),
+        "budgetNotes": _budget_lines(report),
         "burst": None if report.burst is None else _burst_json(report.burst),
         "policies": {
             "checked": report.policies_checked,
@@ -325,20 +451,24 @@ def to_json(report: Report) -> dict[str, Any]:
     if report.compare is not None:
         other = report.compare
         doc["compare"] = {
-            "stack": other.stack,
+            "stack": report.stack,
+            "base": other.stack,
+            # what the stack adds to the base is positive
+            "delta": f"{report.stack} - {other.stack}",
             "lines": [
                 {
                     "item": i,
-                    "monthlyUsd": round(a, 2),
-                    "otherMonthlyUsd": round(b, 2),
-                    "deltaUsd": round(b - a, 2),
+                    "baseMonthlyUsd": round(base, 2),
+                    "monthlyUsd": round(mine, 2),
+                    "deltaUsd": round(mine - base, 2),
+                    "unverified": flagged,
                 }
-                for i, a, b in _diff_rows(report)
+                for i, base, mine, flagged in _diff_rows(report)
             ],
             "totals": {
+                "baseMonthlyUsd": round(other.monthly, 2),
                 "monthlyUsd": round(report.monthly, 2),
-                "otherMonthlyUsd": round(other.monthly, 2),
-                "deltaUsd": round(other.monthly - report.monthly, 2),
+                "deltaUsd": round(report.monthly - other.monthly, 2),
             },
         }
     return doc
@@ -350,22 +480,23 @@ def to_markdown(report: Report) -> str:
         "",
         f"{report.resource_count} AWS resources; {len(report.lines)} priced lines below.",
         "",
-        "| category | resource | detail | $/hour | $/month |",
-        "|---|---|---|---:|---:|",
+        "| category | resource | detail | $/hour | $/month | price |",
+        "|---|---|---|---:|---:|---|",
     ]
     for x in report.lines:
         out.append(
             f"| {x.category} | `{x.item}` | {x.detail} | {_usd(x.hourly_usd)} "
-            f"| {_usd(x.monthly_usd)} |"
+            f"| {_usd(x.monthly_usd)} | {_flag(x.source)} |"
         )
-    out.append(f"| **total** | | | **{_usd(report.hourly)}** | **{_usd(report.monthly)}** |")
+    out.append(f"| **total** | | | **{_usd(report.hourly)}** | **{_usd(report.monthly)}** | |")
     out.append("")
+    out += [*_budget_lines(report), ""]
     if report.burst is not None:
         out += [
             f"#### {BURST_TITLE}",
             "",
             "| " + " | ".join(BURST_COLUMNS) + " |",
-            "|---|---|---|---:|---:|---|---:|",
+            "|---|---|---|---:|---:|---|---:|---|",
         ]
         out += ["| " + " | ".join(row) + " |" for row in _burst_rows(report.burst)]
         for line in _gate_lines(report.burst):
@@ -376,16 +507,23 @@ def to_markdown(report: Report) -> str:
         out += [
             f"#### `{report.stack}` vs `{other.stack}` ($/month)",
             "",
-            f"| resource | {report.stack} | {other.stack} | {other.stack} - {report.stack} |",
-            "|---|---:|---:|---:|",
+            f"| resource | {other.stack} | {report.stack} | {report.stack} - {other.stack} "
+            "| price |",
+            "|---|---:|---:|---:|---|",
         ]
-        for item, a, b in _diff_rows(report):
-            out.append(f"| `{item}` | {_usd(a)} | {_usd(b)} | {b - a:+,.2f} |")
+        for item, base, mine, flagged in _diff_rows(report):
+            out.append(
+                f"| `{item}` | {_usd(base)} | {_usd(mine)} | {mine - base:+,.2f} "
+                f"| {UNVERIFIED if flagged else ''} |"
+            )
         out.append(
-            f"| **total** | **{_usd(report.monthly)}** | **{_usd(other.monthly)}** "
-            f"| **{other.monthly - report.monthly:+,.2f}** |"
+            f"| **total** | **{_usd(other.monthly)}** | **{_usd(report.monthly)}** "
+            f"| **{report.monthly - other.monthly:+,.2f}** | |"
         )
         out.append("")
+    note = _unverified_note(report)
+    if note:
+        out += [note, ""]
     if not report.violations:
         out.append(f"**Policies: PASS** ({report.policies_checked} policies, no violations)")
     else:
@@ -400,12 +538,21 @@ def print_table(report: Report, console: Console) -> None:
         title=f"stack {report.stack}: {report.resource_count} AWS resources, estimated cost "
         f"({report.region}, {report.source})"
     )
-    for col in ("category", "resource", "detail", "$/hour", "$/month"):
+    for col in ("category", "resource", "detail", "$/hour", "$/month", "price"):
         cost.add_column(col, justify="right" if col.startswith("$") else "left")
     for x in report.lines:
-        cost.add_row(x.category, x.item, x.detail, _usd(x.hourly_usd), _usd(x.monthly_usd))
-    cost.add_row("total", "", "", _usd(report.hourly), _usd(report.monthly), style="bold")
+        cost.add_row(
+            x.category,
+            x.item,
+            x.detail,
+            _usd(x.hourly_usd),
+            _usd(x.monthly_usd),
+            _flag(x.source),
+        )
+    cost.add_row("total", "", "", _usd(report.hourly), _usd(report.monthly), "", style="bold")
     console.print(cost)
+    for line in _budget_lines(report):
+        console.print(line, highlight=False)
     if report.burst is not None:
         burst = Table(title=BURST_TITLE)
         for col in BURST_COLUMNS:
@@ -419,18 +566,25 @@ def print_table(report: Report, console: Console) -> None:
         other = report.compare
         diff = Table(title=f"{report.stack} vs {other.stack} ($/month)")
         diff.add_column("resource")
-        for col in (report.stack, other.stack, f"{other.stack} - {report.stack}"):
+        for col in (other.stack, report.stack, f"{report.stack} - {other.stack}"):
             diff.add_column(col, justify="right")
-        for item, a, b in _diff_rows(report):
-            diff.add_row(item, _usd(a), _usd(b), f"{b - a:+,.2f}")
+        diff.add_column("price")
+        for item, base, mine, flagged in _diff_rows(report):
+            diff.add_row(
+                item, _usd(base), _usd(mine), f"{mine - base:+,.2f}", UNVERIFIED if flagged else ""
+            )
         diff.add_row(
             "total",
-            _usd(report.monthly),
             _usd(other.monthly),
-            f"{other.monthly - report.monthly:+,.2f}",
+            _usd(report.monthly),
+            f"{report.monthly - other.monthly:+,.2f}",
+            "",
             style="bold",
         )
         console.print(diff)
+    note = _unverified_note(report)
+    if note:
+        console.print(note, highlight=False)
     console.print(f"policy config: {report.policy_config}")
     if not report.violations:
         console.print(f"policies: PASS ({report.policies_checked} policies, no violations)")
@@ -448,7 +602,10 @@ def plan(  # noqa: PLR0917
     stack: str = typer.Option("dev", "--stack", "-s", help="Stack name (Pulumi.<stack>.yaml)"),
     fmt: Format = typer.Option(Format.table, "--format", "-f", help="Output format"),
     compare: str | None = typer.Option(
-        None, "--compare", metavar="OTHER_STACK", help="Also price OTHER_STACK; print the diff"
+        None,
+        "--compare",
+        metavar="BASE_STACK",
+        help="Also price BASE_STACK; print STACK - BASE_STACK line by line",
     ),
     preview_json: Path | None = typer.Option(
         None, "--preview-json", help="Price the output of `pulumi preview --json` instead"

@@ -326,9 +326,10 @@ def _spend_notes(s: dict[str, Any]) -> list[str]:
     """What a scope's totals leave out and when its limits are reached at the current burn
     (from a cycle report's or ``last_cycle``'s spend entry; older entries lack both)."""
     notes = []
-    if s.get("unpriced_instances"):
+    unpriced = s.get("unpriced_items", s.get("unpriced_instances"))  # older entries: instances
+    if unpriced:
         kinds = ", ".join(f"{c} {k}" for k, c in sorted((s.get("unpriced") or {}).items()))
-        notes.append(f"excludes {s['unpriced_instances']} unpriced instance(s): {kinds}")
+        notes.append(f"excludes {unpriced} unpriced item(s): {kinds}")
     for kind in ("daily", "monthly"):
         if s.get(f"{kind}_limit_at"):
             notes.append(f"{kind} limit reached at {s[f'{kind}_limit_at']} at the current burn")

@@ -313,14 +313,15 @@ def blind(decisions: Sequence[Decision]) -> Alert:
 
 # -- spend-limit -----------------------------------------------------------------------------
 def unpriced_text(unpriced: Mapping[str, int]) -> str:
-    """What a spend total leaves out: instances the catalog has no price for.
+    """What a spend total leaves out: items (instances, Lustre, Direct Connect ports) the
+    catalog has no price for.
 
     >>> unpriced_text({"trn2.48xlarge in eu-west-1 (on-demand)": 3})
-    '3 unpriced instance(s) not in these totals: 3 trn2.48xlarge in eu-west-1 (on-demand)'
+    '3 unpriced item(s) not in these totals: 3 trn2.48xlarge in eu-west-1 (on-demand)'
     """
     n = sum(unpriced.values())
     kinds = ", ".join(f"{c} {k}" for k, c in sorted(unpriced.items()))
-    return f"{n} unpriced instance(s) not in these totals: {kinds}"
+    return f"{n} unpriced item(s) not in these totals: {kinds}"
 
 
 def breach_text(kind: str, at: datetime | None, burn: float, now: datetime) -> str:
@@ -393,7 +394,7 @@ def spend_threshold(
 ) -> Alert:
     key = f"spend:{scope}:{period}:{percent:g}"
     kind = period.split(":", maxsplit=1)[0]
-    excl = f" (excluding {sum(unpriced.values())} unpriced instance(s))" if unpriced else ""
+    excl = f" (excluding {sum(unpriced.values())} unpriced item(s))" if unpriced else ""
     lines = [
         f"Spent ${spent:,.2f} of ${limit:,.2f} ({period}); burn "
         f"${burn:,.2f}/h; projected month ${projected_month:,.2f}{excl}.",
@@ -434,7 +435,7 @@ def spend_forecast(
     projected breach time is its own event; the rule decides which are worth sending."""
     kind = period.split(":", maxsplit=1)[0]
     key = f"forecast:{scope}:{period}:{breach_at:%Y-%m-%dT%H:%M}"
-    excl = f" (excluding {sum(unpriced.values())} unpriced instance(s))" if unpriced else ""
+    excl = f" (excluding {sum(unpriced.values())} unpriced item(s))" if unpriced else ""
     lines = [
         f"Forecast: {breach_text(kind, breach_at, burn, now)}.",
         f"Spent ${spent:,.2f} of ${limit:,.2f} ({period}){excl}.",
@@ -460,7 +461,7 @@ def spend_unpriced(scope: str, day: date, unpriced: Mapping[str, int]) -> Alert:
     return Alert(
         f"unpriced:{scope}:{day}:" + hashlib.sha1(kinds.encode()).hexdigest()[:12],
         f"unpriced:{scope}",
-        f"Spend {scope}: {sum(unpriced.values())} instance(s) without a price",
+        f"Spend {scope}: {sum(unpriced.values())} item(s) without a price",
         [
             unpriced_text(unpriced) + ".",
             "Spend totals, limits and forecasts for this scope are low by their cost until "

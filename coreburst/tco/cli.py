@@ -100,6 +100,38 @@ def _rate(v: float | None) -> str:
     return "-" if v is None else f"${v:,.2f}"
 
 
+def horizon_columns(horizon: int) -> tuple[str, ...]:
+    """Headers of the horizon columns, each naming what it holds."""
+    return (
+        f"cash mo 1-{horizon}",
+        f"+ owed after mo {horizon}",
+        f"- book value mo {horizon}",
+        f"= net {horizon} mo",
+    )
+
+
+def option_rows(result: TcoResult) -> list[tuple[str, ...]]:
+    """The option table's rows as printed (the chart ends each line on the net column)."""
+    rows: list[tuple[str, ...]] = []
+    for o in result.options:
+        rows.append(
+            (
+                o.name,
+                _money(o.monthly_usd),
+                _money(o.cash_usd),
+                _money(o.committed_after_usd) if o.kind == "commitment" else "-",
+                _money(o.book_value_usd) if o.kind in ("owned", "hybrid") else "-",
+                _money(o.total_usd),
+                _rate(o.usd_per_used_gpu_hour),
+                "-" if o.kind in ("owned", "hybrid") else str(o.break_even_month or "never"),
+                "-"
+                if o.crossover_utilization_pct is None
+                else f"{o.crossover_utilization_pct:.1f}%",
+            )
+        )
+    return rows
+
+
 def print_table(result: TcoResult, console: Console) -> None:
     rec = result.recommendation
     t = Table(
@@ -107,27 +139,27 @@ def print_table(result: TcoResult, console: Console) -> None:
             f"{result.scenario}: {result.nodes} x {result.instance_type} ({result.region}), "
             f"{result.utilization_basis} utilization {result.utilization_pct:.1f}%, "
             f"{result.horizon_months} months"
-        )
+        ),
+        caption=(
+            f"net = cash paid in months 1-{result.horizon_months} + commitment still owed "
+            f"after month {result.horizon_months} - book value of owned hardware then "
+            "(where each line of the cumulative-cash chart ends)"
+        ),
     )
     t.add_column("option")
     t.add_column("$/month", justify="right")
-    t.add_column(f"total {result.horizon_months} mo", justify="right")
+    for col in horizon_columns(result.horizon_months):
+        t.add_column(col, justify="right")
     t.add_column("$/used GPU-h", justify="right")
     t.add_column("payback month", justify="right")
     t.add_column("crossover util", justify="right")
-    t.add_column("note")
-    for o in result.options:
-        name = f"[bold]{o.name}[/bold]" if o.name == rec.cheapest_option else o.name
-        t.add_row(
-            name,
-            _money(o.monthly_usd),
-            _money(o.total_usd),
-            _rate(o.usd_per_used_gpu_hour),
-            "-" if o.kind in ("owned", "hybrid") else str(o.break_even_month or "never"),
-            "-" if o.crossover_utilization_pct is None else f"{o.crossover_utilization_pct:.1f}%",
-            o.note,
-        )
+    for row in option_rows(result):
+        name = f"[bold]{row[0]}[/bold]" if row[0] == rec.cheapest_option else row[0]
+        t.add_row(name, *row[1:])
     console.print(t)
+    for o in result.options:
+        if o.note:
+            console.print(f"  {o.name}: {o.note}", highlight=False)
     if result.core is not None:
         c = result.core
         ct = Table(title=f"owned core sized from {c.history_hours} h of demand")

@@ -167,18 +167,47 @@ class Scenario(_Strict):
 
 # -- result (output) ------------------------------------------------------------------------
 class OptionCost(_Strict):
+    """One option over the horizon. Its net total is one sum, stated in its parts:
+    ``total_usd = cash_usd + committed_after_usd - book_value_usd``; the table prints the parts
+    and the chart's cumulative-cash line ends with the same settlement (:meth:`cost_path`).
+    """
+
     name: str
     kind: Literal["pay-per-use", "commitment", "owned", "hybrid"]
     monthly_usd: float  # steady-state: amortised capex for owned, committed hours for commits
-    # Over the horizon: cash, with any unexpired commitment added and (owned) the hardware's
-    # remaining straight-line book value taken off.
+    # Net over the horizon: cash_usd + committed_after_usd - book_value_usd.
     total_usd: float
     usd_per_used_gpu_hour: float | None
     cumulative_usd: list[float]  # cash at the end of month 0..horizon
+    # Cash paid by the end of the horizon (cumulative_usd[-1]).
+    cash_usd: float
+    # Commitment: the months of the term still billed after the horizon ends.
+    committed_after_usd: float = 0.0
+    # Owned hardware: its straight-line book value left at the end of the horizon.
+    book_value_usd: float = 0.0
     # Cash payback: first month at whose end owning all nodes has cost no more than this option.
     break_even_month: int | None = None
     crossover_utilization_pct: float | None = None  # owning beats this above it
     note: str = ""
+
+    @model_validator(mode="after")
+    def _parts_add_up(self) -> OptionCost:
+        if self.cumulative_usd and not math.isclose(
+            self.cash_usd, self.cumulative_usd[-1], rel_tol=1e-12, abs_tol=1e-6
+        ):
+            raise ValueError(f"{self.name}: cash_usd is not the last cumulative cash value")
+        net = self.cash_usd + self.committed_after_usd - self.book_value_usd
+        if not math.isclose(self.total_usd, net, rel_tol=1e-12, abs_tol=1e-6):
+            raise ValueError(f"{self.name}: total_usd is not cash + committed after - book value")
+        return self
+
+    def cost_path(self) -> tuple[list[float], list[float]]:
+        """(months, dollars) the chart draws: cash at the end of each month 0..horizon, then
+        the settlement at the horizon (unexpired commitment added, book value taken off), so
+        the line ends on ``total_usd``."""
+        horizon = len(self.cumulative_usd) - 1
+        months = [float(m) for m in range(horizon + 1)] + [float(horizon)]
+        return months, [*self.cumulative_usd, self.total_usd]
 
 
 class CoreResult(_Strict):
@@ -490,14 +519,16 @@ def price_options(
         if market == "capacity-block":
             note = "assumes blocks booked exactly for the hours used"
         cross = crossover_utilization(r, rate)
+        cum = [monthly * m for m in range(horizon + 1)]
         opts.append(
             OptionCost(
                 name=market,
                 kind="pay-per-use",
                 monthly_usd=monthly,
-                total_usd=monthly * horizon,
+                total_usd=cum[-1],
                 usd_per_used_gpu_hour=_per_gpu_hour(monthly, used),
-                cumulative_usd=[monthly * m for m in range(horizon + 1)],
+                cumulative_usd=cum,
+                cash_usd=cum[-1],
                 crossover_utilization_pct=None if cross is None else 100 * cross,
                 note=note,
             )
@@ -506,19 +537,25 @@ def price_options(
         term = 12 * years
         monthly = r.on_demand * (1 - disc) * nodes * h
         billed = math.ceil(horizon / term) * term
+        cum = [monthly * m for m in range(horizon + 1)]
+        after = monthly * (billed - horizon)
         opts.append(
             OptionCost(
                 name=f"commit-{years}y",
                 kind="commitment",
                 monthly_usd=monthly,
-                total_usd=monthly * billed,
+                total_usd=cum[-1] + after,
                 usd_per_used_gpu_hour=_per_gpu_hour(monthly, used),
-                cumulative_usd=[monthly * m for m in range(horizon + 1)],
-                note=f"{disc:.0%} off on-demand, every hour of {billed} months billed",
+                cumulative_usd=cum,
+                cash_usd=cum[-1],
+                committed_after_usd=after,
+                note=f"{disc:.0%} off on-demand, every hour of {billed} months billed"
+                + (f" ({billed - horizon} after the horizon)" if billed > horizon else ""),
             )
         )
     owned_cum = owned_cumulative(r, nodes, gpu_util, horizon)
     owned_m = owned_monthly(r, nodes, gpu_util)
+    book = residual_book_value(r, nodes, horizon)
     opts = [
         o.model_copy(update={"break_even_month": break_even_month(owned_cum, o.cumulative_usd)})
         for o in opts
@@ -528,9 +565,11 @@ def price_options(
             name="owned",
             kind="owned",
             monthly_usd=owned_m,
-            total_usd=owned_cum[-1] - residual_book_value(r, nodes, horizon),
+            total_usd=owned_cum[-1] - book,
             usd_per_used_gpu_hour=_per_gpu_hour(owned_m, used),
             cumulative_usd=owned_cum,
+            cash_usd=owned_cum[-1],
+            book_value_usd=book,
             note=f"{nodes} node(s) bought up front, {r.owned.depreciation_months:g}-month life; "
             "total net of book value left at the horizon",
         )
@@ -644,13 +683,16 @@ def analyse(
             # Cash opex of core + burst: the sized monthly cost less the core's amortisation.
             opex = core.total_usd_per_month - k * r.owned.amortised_per_node_month
             hybrid_cum = [cap + opex * m for m, cap in enumerate(capex_cumulative(r, k, horizon))]
+            hybrid_book = residual_book_value(r, k, horizon)
             hybrid = OptionCost(
                 name=f"hybrid-{k}n",
                 kind="hybrid",
                 monthly_usd=core.total_usd_per_month,
-                total_usd=hybrid_cum[-1] - residual_book_value(r, k, horizon),
+                total_usd=hybrid_cum[-1] - hybrid_book,
                 usd_per_used_gpu_hour=core.usd_per_used_gpu_hour,
                 cumulative_usd=hybrid_cum,
+                cash_usd=hybrid_cum[-1],
+                book_value_usd=hybrid_book,
                 note=f"{k} owned node(s) + {s.cloud.burst_market} burst "
                 f"({core.burst_share_pct:.1f}% of GPU-hours)",
             )

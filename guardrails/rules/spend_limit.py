@@ -39,6 +39,12 @@ def _in_scope(tags: dict[str, str], key: str | None, value: str | None) -> bool:
     return key is None or tags.get(key) == value
 
 
+def _lustre_kind(fs: aws.LustreFs) -> str:
+    """What an unpriced file system is, as the spend report and alerts name it."""
+    per_unit = f", {fs.throughput} MB/s/TiB" if fs.throughput else ""
+    return f"FSx for Lustre {fs.deployment_type}{per_unit} ({fs.capacity_gib} GiB)"
+
+
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
     cfg = ctx.cfg.spend
@@ -68,15 +74,18 @@ def run(ctx: RuleContext) -> None:
     )
     for scope in cfg.scopes:
         tag = (scope.tag_key, scope.tag_value) if scope.tag_key and scope.tag_value else None
-        # ($/h, running since) of everything in scope that bills; an instance without a price
-        # is counted apart, never as $0
+        # ($/h, running since) of everything in scope that bills; anything without a catalog
+        # price (an instance, a Lustre file system, a Direct Connect port) is counted apart by
+        # what it is, never as $0 and never skipped: as `coreburst plan` refuses to total it
         items: list[tuple[float, datetime | None]] = []
         unpriced: Counter[str] = Counter()
+        unpriced_instances = 0
         for n in ctx.nodes:
             if _in_scope(n.tags, scope.tag_key, scope.tag_value):
                 price = ctx.prices.hourly(n)
                 if price is None:
                     unpriced[f"{n.instance_type} in {n.region} ({n.market})"] += 1
+                    unpriced_instances += 1
                 else:
                     items.append((price, n.launch_time))
         for fs in fs_list:
@@ -84,6 +93,7 @@ def run(ctx: RuleContext) -> None:
                 try:
                     per_gb = ctx.catalog.lustre_price(fs.deployment_type, fs.throughput)
                 except CatalogError:
+                    unpriced[_lustre_kind(fs)] += 1
                     continue
                 items.append((lustre_usd_per_hour(fs.capacity_gib, per_gb, hpm), fs.created))
         for _cid, bw, tags in dx_list:
@@ -91,6 +101,7 @@ def run(ctx: RuleContext) -> None:
                 try:
                     items.append((ctx.catalog.dx_port_price(bw), None))
                 except CatalogError:
+                    unpriced[f"Direct Connect port {bw}"] += 1
                     continue
         burn = sum(rate for rate, _ in items)
         actual = 0.0
@@ -136,8 +147,10 @@ def run(ctx: RuleContext) -> None:
             "month_to_date_usd": proj.month_to_date_usd,
             "projected_month_usd": proj.projected_month_usd,
             "cost_explorer_actual_usd": actual,
-            # the totals above exclude these (no catalog price): count and "type in region"
-            "unpriced_instances": sum(unpriced.values()),
+            # the totals above exclude these (no catalog price): counts, and each kind of item
+            # ("type in region (market)", "FSx for Lustre ...", "Direct Connect port ...")
+            "unpriced_items": sum(unpriced.values()),
+            "unpriced_instances": unpriced_instances,
             "unpriced": dict(sorted(unpriced.items())),
             # when each limit is reached at the current burn (None: not this period)
             **{f"{k}_limit_at": iso(v) if v else None for k, v in breaches.items()},

@@ -102,13 +102,13 @@ def test_alerts_say_the_totals_exclude_them(cycle: Any) -> None:
     unpriced = [v for k, v in alerts.items() if k.startswith("unpriced:account:")]
     assert len(unpriced) == 1
     title, body = unpriced[0]
-    assert title == "Spend account: 3 instance(s) without a price"
+    assert title == "Spend account: 3 item(s) without a price"
     assert "2 p5.48xlarge in eu-west-1 (on-demand)" in body
     assert "1 trn2.48xlarge in eu-west-1 (on-demand)" in body
     # the threshold alert's totals say what they leave out
     spend = [v for k, v in alerts.items() if k.startswith("spend:team-ml:daily")]
     assert spend, alerts.keys()
-    assert "excluding 2 unpriced instance(s)" in spend[0][1]
+    assert "excluding 2 unpriced item(s)" in spend[0][1]
     assert "2 p5.48xlarge in eu-west-1 (on-demand)" in spend[0][1]
 
 
@@ -117,7 +117,7 @@ def test_status_lists_unpriced_instances(cycle: Any) -> None:
     r = CliRunner().invoke(app, ["status", "--config", str(path)], env={"COLUMNS": "400"})
     assert r.exit_code == 0, r.output
     line = next(x for x in r.output.splitlines() if "team-ml" in x)
-    assert "excludes 2 unpriced instance(s): 2 p5.48xlarge in eu-west-1 (on-demand)" in line
+    assert "excludes 2 unpriced item(s): 2 p5.48xlarge in eu-west-1 (on-demand)" in line
 
 
 def test_every_catalog_type_is_priced_in_every_catalog_region() -> None:

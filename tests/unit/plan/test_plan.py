@@ -113,8 +113,8 @@ def test_markdown_for_pr_comments() -> None:
     assert result.exit_code == 0
     md = result.stdout
     assert md.startswith("### coreburst plan: `dev` (us-east-1, offline evaluation)\n")
-    assert "| category | resource | detail | $/hour | $/month |" in md
-    assert "| **total** | | | **49.94** | **36,453.70** |" in md
+    assert "| category | resource | detail | $/hour | $/month | price |" in md
+    assert "| **total** | | | **49.94** | **36,453.70** | |" in md
     assert md.rstrip().endswith("**Policies: PASS** (17 policies, no violations)")
 
 
@@ -126,19 +126,21 @@ def test_egress_is_priced_with_the_catalog_tiers() -> None:
 
 
 def test_compare_prints_the_difference_line_by_line() -> None:
-    doc = as_json("-s", "dev", "--compare", "prod")
+    # stack - base: what prod adds to dev is positive (issue 23)
+    doc = as_json("-s", "prod", "--compare", "dev")
     cmp = doc["compare"]
-    assert cmp["stack"] == "prod"
+    assert (cmp["stack"], cmp["base"], cmp["delta"]) == ("prod", "dev", "prod - dev")
     assert cmp["totals"]["deltaUsd"] == pytest.approx(_prod_monthly() - _dev_monthly(), abs=0.01)
     lustre = next(x for x in cmp["lines"] if x["item"] == "lustre-fs")
     assert lustre == {
         "item": "lustre-fs",
-        "monthlyUsd": 174.0,
-        "otherMonthlyUsd": 23_040.0,
+        "baseMonthlyUsd": 174.0,
+        "monthlyUsd": 23_040.0,
         "deltaUsd": 22_866.0,
+        "unverified": True,
     }
-    md = invoke("-s", "dev", "--compare", "prod", "--format", "markdown").stdout
-    assert "| `lustre-fs` | 174.00 | 23,040.00 | +22,866.00 |" in md
+    md = invoke("-s", "prod", "--compare", "dev", "--format", "markdown").stdout
+    assert "| `lustre-fs` | 174.00 | 23,040.00 | +22,866.00 | unverified |" in md
 
 
 def test_preview_json_prices_what_pulumi_will_do() -> None:

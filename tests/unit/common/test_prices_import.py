@@ -1,0 +1,210 @@
+"""``coreburst prices import`` (issue 23, item 6) on excerpts of AWS Price List offer files.
+
+The fixtures in tests/fixtures/aws/offers/ are made up (their README and each file's
+``disclaimer`` say so) from the documented offer-file format: AWS Billing user guide, "Reading
+the service price list file for an AWS service" (``products`` keyed by SKU with
+``attributes``; ``terms.OnDemand.<sku>.<offerTermCode>.priceDimensions.<rateCode>
+.pricePerUnit.USD``; ``publicationDate``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from coreburst.cli import app
+from coreburst.common.catalog import CATALOG_PATH, load_catalog, parse_catalog
+
+OFFERS = Path(__file__).parents[2] / "fixtures" / "aws" / "offers"
+EC2 = OFFERS / "AmazonEC2-excerpt.json"
+FSX = OFFERS / "AmazonFSx-excerpt.json"
+DX = OFFERS / "AWSDirectConnect-excerpt.json"
+
+
+@pytest.fixture
+def catalog(tmp_path: Path) -> Path:
+    path = tmp_path / "catalog.yaml"
+    shutil.copyfile(CATALOG_PATH, path)
+    return path
+
+
+def run(*args: str | Path) -> Any:
+    return CliRunner().invoke(app, ["prices", "import", *map(str, args)])
+
+
+def test_the_fixtures_say_they_are_made_up() -> None:
+    for f in (EC2, FSX, DX):
+        doc = json.loads(f.read_text())
+        assert "NOT AWS prices" in doc["disclaimer"]
+        assert "Reading the service price list file for an AWS service" in doc["disclaimer"]
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(catalog: Path) -> None:
+    before = catalog.read_bytes()
+    r = run(EC2, "--region", "us-east-1", "--catalog", catalog)
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert out.startswith(
+        "AmazonEC2 offer, publicationDate 2026-11-20T19:24:43Z, region us-east-1: "
+        "4 catalog price(s) found, 1 changed\n"
+    )
+    assert (
+        "  changed instances.p5e.48xlarge.on_demand_usd_per_hour.us-east-1: "
+        "60 (estimate 2025-06, unverified) -> 59.5 (aws-price-list 2026-11-20)" in out
+    )
+    assert (
+        "  same    instances.p5.48xlarge.on_demand_usd_per_hour.us-east-1: "
+        "55.04 (ref 2025-06) -> 55.04 (aws-price-list 2026-11-20)" in out
+    )
+    # filtered out: Windows 99, Dedicated 98, unused reservation 0, SQL 97, other regions
+    for price in ("99", "98", "97", "55.5", "60.5"):
+        assert f"-> {price} (" not in out
+    assert "not in offer instances.p4d.24xlarge.on_demand_usd_per_hour.us-east-1" in out
+    assert "dry run: nothing written" in out
+    assert catalog.read_bytes() == before
+
+
+def test_write_replaces_only_the_imported_figures(catalog: Path) -> None:
+    before = catalog.read_text().splitlines()
+    r = run(EC2, "--region", "us-east-1", "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    assert "wrote 4 price(s)" in r.stdout
+    after_text = catalog.read_text()
+    cat = parse_catalog(after_text)
+    p5e = cat.instance("p5e.48xlarge").on_demand_usd_per_hour
+    assert (p5e["us-east-1"].value, p5e["us-east-1"].as_of) == (59.5, "2026-11-20")
+    assert p5e["us-east-1"].source == "aws-price-list" and not p5e["us-east-1"].unverified
+    assert (
+        p5e["us-east-2"]
+        == load_catalog().instance("p5e.48xlarge").on_demand_usd_per_hour["us-east-2"]
+    )
+    assert "aws-price-list" in cat.sources
+    # every other line, comments included, is as it was: 4 figures changed, 1 source added
+    after = after_text.splitlines()
+    assert len(after) == len(before) + 1
+    changed = [b for b in before if b not in after]
+    assert len(changed) == 4 and all("us-east-1:" in line for line in changed)
+    # imported again: nothing changes
+    again = run(EC2, "--region", "us-east-1", "--catalog", catalog)
+    assert "4 catalog price(s) found, 0 changed" in again.stdout
+
+
+@pytest.mark.parametrize(
+    ("offer", "path", "value"),
+    [
+        (FSX, ("PERSISTENT_2", "250"), 0.2),
+        (DX, ("400Gbps",), 80.0),
+    ],
+)
+def test_fsx_and_direct_connect(
+    catalog: Path, offer: Path, path: tuple[str, ...], value: float
+) -> None:
+    r = run(offer, "--catalog", catalog, "--write")  # one region in the offer: no --region
+    assert r.exit_code == 0, r.output
+    assert "note: the catalog keeps one" in r.stdout
+    cat = parse_catalog(catalog.read_text())
+    if offer is FSX:
+        fig = cat.fsx_lustre_usd_per_gb_month[path[0]][path[1]]
+        # HDD, PERSISTENT_1 and OpenZFS products are not the catalog's
+        assert "PERSISTENT_1" not in r.stdout
+        assert "not in offer fsx_lustre_usd_per_gb_month.SCRATCH_1.0" in r.stdout
+    else:
+        fig = cat.direct_connect_port_usd_per_hour[path[0]]
+        assert "not in catalog Direct Connect 25Gbps dedicated port in us-east-1: $9" in r.stdout
+        assert "500M" not in r.stdout  # hosted connections are not ports
+    assert (fig.value, fig.source, fig.unverified) == (value, "aws-price-list", False)
+
+
+def _offer(tmp_path: Path, edit: Any) -> Path:
+    doc = json.loads(EC2.read_text())
+    edit(doc)
+    f = tmp_path / "offer.json"
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def _bad(tmp_path: Path, kind: str) -> Path:
+    f = tmp_path / "offer.json"
+    if kind == "not-json":
+        f.write_text("SKU,OfferTermCode,RateCode\n")
+    elif kind == "not-utf8":
+        f.write_bytes(b'{"offerCode": "AmazonEC2", "disclaimer": "\xff\xfe"}')
+    elif kind == "no-publication-date":
+        return _offer(tmp_path, lambda d: d.pop("publicationDate"))
+    elif kind == "unknown-service":
+        return _offer(tmp_path, lambda d: d.update(offerCode="AmazonS3"))
+    elif kind == "bad-date":
+        return _offer(tmp_path, lambda d: d.update(publicationDate="last tuesday"))
+    elif kind == "no-terms":
+        return _offer(tmp_path, lambda d: d.pop("terms"))
+    elif kind == "bad-price":
+
+        def edit(d: dict[str, Any]) -> None:
+            for term in d["terms"]["OnDemand"]["AMAZSKU0001XYZ"].values():
+                for dim in term["priceDimensions"].values():
+                    dim["pricePerUnit"] = {"USD": "a lot"}
+
+        return _offer(tmp_path, edit)
+    elif kind == "array":
+        f.write_text("[]")
+    elif kind == "missing":
+        return tmp_path / "nope.json"
+    return f
+
+
+BAD = {
+    "not-json": "not JSON",
+    "not-utf8": "not UTF-8 at byte",
+    "no-publication-date": "no publicationDate",
+    "unknown-service": "offerCode 'AmazonS3' is not a service this imports",
+    "bad-date": "is not an ISO 8601 date-time",
+    "no-terms": "terms is missing",
+    "bad-price": "has no priceDimensions.<rateCode>.pricePerUnit.USD number",
+    "array": "is a JSON object",
+    "missing": "no such file",
+}
+
+
+@pytest.mark.parametrize("kind", list(BAD))
+def test_bad_offer_is_one_line_exit_2_nothing_written(
+    catalog: Path, tmp_path: Path, kind: str
+) -> None:
+    before = catalog.read_bytes()
+    r = run(_bad(tmp_path, kind), "--region", "us-east-1", "--catalog", catalog, "--write")
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert err.startswith("error: ") and "\n" not in err, err
+    assert BAD[kind] in err
+    assert "Traceback" not in r.output
+    assert catalog.read_bytes() == before
+
+
+def test_a_region_the_offer_lacks_is_refused(catalog: Path) -> None:
+    r = run(EC2, "--region", "ap-south-1", "--catalog", catalog, "--write")
+    assert r.exit_code == 2
+    assert r.stderr.strip() == (
+        f"error: {EC2}: no product in ap-south-1; the offer has eu-west-1, us-east-1, us-west-2"
+    )
+
+
+def test_several_regions_need_region(catalog: Path) -> None:
+    r = run(EC2, "--catalog", catalog)
+    assert r.exit_code == 2
+    assert "covers 3 regions; pass --region" in r.stderr
+
+
+def test_two_products_for_one_figure_are_refused(catalog: Path, tmp_path: Path) -> None:
+    def dup(d: dict[str, Any]) -> None:
+        d["products"]["DUP"] = {**d["products"]["AMAZSKU0001XYZ"], "sku": "DUP"}
+        d["terms"]["OnDemand"]["DUP"] = d["terms"]["OnDemand"]["AMAZSKU0001XYZ"]
+
+    before = catalog.read_bytes()
+    r = run(_offer(tmp_path, dup), "--region", "us-east-1", "--catalog", catalog, "--write")
+    assert r.exit_code == 2
+    assert "more than one product prices instances.p5e.48xlarge" in r.stderr
+    assert catalog.read_bytes() == before
