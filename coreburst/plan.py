@@ -28,9 +28,12 @@ from rich.table import Table
 from coreburst.burst.config import parse_burst
 from coreburst.burst.cost import GateSummary, PoolRate, gate_summary, pool_rates
 from coreburst.common.catalog import CatalogError, load_catalog
+from coreburst.common.cloudwatch_cost import Cadence, CloudWatchBill, FleetGroup
+from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
 from coreburst.common.pricing import CostLine
 from coreburst.common.textio import read_text
-from infra.config import StackConfigError
+from guardrails.config import parse_config as guardrails_defaults
+from infra.config import StackConfig, StackConfigError
 from infra.offline import evaluate_stack, load_stack_yaml, stack_file
 from policies.pack import all_policies
 from policies.pricing import price_resources, stack_region
@@ -82,6 +85,8 @@ class Report:
     resource_count: int = 0
     compare: Report | None = field(default=None)
     burst: Burst | None = None
+    # The guardrails' own CloudWatch bill a day (None: no stack file was evaluated).
+    cloudwatch: CloudWatchBill | None = None
     # Which policy pack config the verdicts used (a path, or that there was none).
     policy_config: str = ""
     budget: StackBudget | None = None
@@ -195,6 +200,7 @@ def build_report(
         resources = from_offline(ev.resources, stack)
         source = "offline evaluation"
     lines = price_resources(resources, load_catalog(), egress_gb=egress_gb, nat_gb_per_month=nat_gb)
+    telemetry = None if preview_json is not None else _cloudwatch(ev.config)
     burst = _burst(stack, root)
     if burst is not None:
         lines = _mark_burst(lines, burst)
@@ -211,9 +217,48 @@ def build_report(
         len(all_policies()),
         aws,
         burst=burst,
+        cloudwatch=telemetry,
         policy_config=str(used) if used else "none: every policy at its defaults",
         budget=budget,
     )
+
+
+def _cloudwatch(config: StackConfig) -> CloudWatchBill:
+    """The guardrails' CloudWatch $/day with every cluster's nodes up (coreburst.common.
+    cloudwatch_cost), at the daemon's default cadence."""
+    d = guardrails_defaults("")
+    egress = d.egress.every.total_seconds() if d.egress.enabled else None
+    return cloudwatch_bill(
+        [FleetGroup(c.instance_type, c.nodes, c.per_device_metrics) for c in config.clusters],
+        load_catalog(),
+        Cadence(d.idle.every.total_seconds(), egress),
+    )
+
+
+def _cloudwatch_line(b: CloudWatchBill) -> str:
+    terms = "; ".join(f"{t} {q} ${usd:,.2f}" for t, q, usd in b.lines()[:-1])
+    flag = ", unverified" if b.unverified else ""
+    return (
+        f"guardrails' CloudWatch per day at {b.nodes:,} nodes: ${b.total_usd_day:,.2f} "
+        f"({terms}; {b.source}{flag})"
+    )
+
+
+def _cloudwatch_json(b: CloudWatchBill | None) -> dict[str, Any] | None:
+    if b is None:
+        return None
+    return {
+        "nodes": b.nodes,
+        "customMetrics": b.custom_metrics,
+        "customMetricsUsd": round(b.custom_usd_day, 2),
+        "putMetricDataRequests": round(b.put_requests_day),
+        "putMetricDataUsd": round(b.put_usd_day, 2),
+        "getMetricDataMetrics": round(b.get_metrics_day),
+        "getMetricDataUsd": round(b.get_usd_day, 2),
+        "totalUsd": round(b.total_usd_day, 2),
+        "priceSource": b.source,
+        "unverified": b.unverified,
+    }
 
 
 # -- rendering ------------------------------------------------------------------------------
@@ -433,6 +478,7 @@ def to_json(report: Report) -> dict[str, Any]:
         "budget": _budget_json(report),
         "budgetNotes": _budget_lines(report),
         "burst": None if report.burst is None else _burst_json(report.burst),
+        "cloudwatchPerDay": _cloudwatch_json(report.cloudwatch),
         "policies": {
             "checked": report.policies_checked,
             "config": report.policy_config,
@@ -524,6 +570,8 @@ def to_markdown(report: Report) -> str:
     note = _unverified_note(report)
     if note:
         out += [note, ""]
+    if report.cloudwatch is not None:
+        out += [_cloudwatch_line(report.cloudwatch), ""]
     if not report.violations:
         out.append(f"**Policies: PASS** ({report.policies_checked} policies, no violations)")
     else:
@@ -585,6 +633,8 @@ def print_table(report: Report, console: Console) -> None:
     note = _unverified_note(report)
     if note:
         console.print(note, highlight=False)
+    if report.cloudwatch is not None:
+        console.print(_cloudwatch_line(report.cloudwatch), markup=False)
     console.print(f"policy config: {report.policy_config}")
     if not report.violations:
         console.print(f"policies: PASS ({report.policies_checked} policies, no violations)")

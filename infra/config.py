@@ -195,12 +195,23 @@ class Cluster(_Model):
     instance_type: str
     nodes: int = Field(ge=0, le=1000)
     capacity: Capacity
+    # Types the burst resume program may launch instead, in order, when EC2 has no capacity
+    # for ``instanceType`` (CreateFleet Overrides). Same accelerator and count, so one Slurm
+    # node definition fits all (check_against_catalog); e.g. p5.48xlarge -> p5e, p5en.
+    fallback_instance_types: list[str] = []
+    # Availability Zones the cluster may launch in, in order (None: the stack's zone). Each
+    # other zone needs a subnet in vpc.extraZones. A multi-node job stays in one zone.
+    zones: list[str] | None = None
     # None = decide from the capacity model (yes for self-bought capacity, never otherwise).
     placement_group: bool | None = None
     efa: bool = True
     ami_ssm_parameter: str | None = None
     root_volume_gib: int = Field(default=512, ge=100, le=16_384)
     ssm_access: bool = True
+    # perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series
+    # (for `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by
+    # default only the per-instance rollup the guardrails decide from (coreburst plan prices it).
+    per_device_metrics: bool = False
 
     @model_validator(mode="after")
     def _placement(self) -> Cluster:
@@ -209,8 +220,14 @@ class Cluster(_Model):
                 f"placementGroup: true cannot be combined with a {self.capacity.model}: "
                 "launches into AWS-placed capacity fail with a placement group; remove it"
             )
+        zones = len(self.zones or [])
+        if self.placement_group and zones > 1:
+            raise ValueError(
+                "placementGroup: true needs one zone (a cluster placement group cannot span "
+                "Availability Zones); list one zone or remove placementGroup"
+            )
         if self.placement_group is None:
-            object.__setattr__(self, "placement_group", self.capacity.self_bought)
+            object.__setattr__(self, "placement_group", self.capacity.self_bought and zones <= 1)
         if self.capacity.model == "capacity-block" and self.nodes > CAPACITY_BLOCK_MAX_INSTANCES:
             raise ValueError(
                 f"nodes {self.nodes} exceeds what a Capacity Block holds "
@@ -219,7 +236,26 @@ class Cluster(_Model):
         reserved = self.capacity.reserved_count
         if reserved is not None and self.nodes > reserved:
             raise ValueError(f"nodes {self.nodes} exceeds the reserved count {reserved}")
+        if self.instance_type in self.fallback_instance_types or len(
+            set(self.fallback_instance_types)
+        ) != len(self.fallback_instance_types):
+            raise ValueError(
+                "fallbackInstanceTypes repeats a type (or instanceType): list each type once"
+            )
+        reserved_model = self.capacity.model in ("capacity-reservation", "capacity-block")
+        if reserved_model and (self.fallback_instance_types or len(self.zones or []) > 1):
+            raise ValueError(
+                f"a {self.capacity.model} holds one instance type in one zone: remove "
+                "fallbackInstanceTypes and extra zones (make another cluster for other capacity)"
+            )
+        if self.zones is not None and (not self.zones or len(set(self.zones)) != len(self.zones)):
+            raise ValueError("zones must list each Availability Zone once (or be left out)")
         return self
+
+    @property
+    def instance_types(self) -> list[str]:
+        """``instanceType`` then the fallbacks, in the order the resume program tries them."""
+        return [self.instance_type, *self.fallback_instance_types]
 
 
 class Metadata(_Model):
@@ -379,10 +415,19 @@ class HybridLink(_Model):
         return len(self.connections) >= 2
 
 
+class ZoneSubnet(_Model):
+    """A private subnet in another Availability Zone, for clusters that list that zone."""
+
+    availability_zone: str
+    private_subnet_cidr: VpcCidr
+
+
 class Vpc(_Model):
     cidr: VpcCidr = "10.64.0.0/16"
     private_subnet_cidr: VpcCidr = "10.64.0.0/18"
     public_subnet_cidr: VpcCidr = "10.64.192.0/24"
+    # Private subnets in other zones (burst capacity fallback across zones, Cluster.zones).
+    extra_zones: list[ZoneSubnet] = []
     nat_gateway: bool = True
     # SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics
     # without a NAT path.
@@ -391,19 +436,26 @@ class Vpc(_Model):
     @model_validator(mode="after")
     def _inside(self) -> Vpc:
         vpc = ipaddress.ip_network(self.cidr)
-        for key, sub in (
+        subnets = [
             ("privateSubnetCidr", self.private_subnet_cidr),
             ("publicSubnetCidr", self.public_subnet_cidr),
-        ):
+            *(
+                (f"extraZones[{i}].privateSubnetCidr", z.private_subnet_cidr)
+                for i, z in enumerate(self.extra_zones)
+            ),
+        ]
+        for key, sub in subnets:
             if not ipaddress.ip_network(sub).subnet_of(vpc):  # type: ignore[arg-type]
                 raise ValueError(f"{key} {sub} is not inside the VPC CIDR {self.cidr}")
-        if ipaddress.ip_network(self.private_subnet_cidr).overlaps(
-            ipaddress.ip_network(self.public_subnet_cidr)
-        ):
-            raise ValueError(
-                f"privateSubnetCidr {self.private_subnet_cidr} overlaps publicSubnetCidr "
-                f"{self.public_subnet_cidr}; subnets of a VPC must not overlap"
-            )
+        for i, (key, sub) in enumerate(subnets):
+            for key2, sub2 in subnets[i + 1 :]:
+                if ipaddress.ip_network(sub).overlaps(ipaddress.ip_network(sub2)):
+                    raise ValueError(
+                        f"{key} {sub} overlaps {key2} {sub2}; subnets of a VPC must not overlap"
+                    )
+        zones = [z.availability_zone for z in self.extra_zones]
+        if len(set(zones)) != len(zones):
+            raise ValueError(f"extraZones repeats a zone ({', '.join(zones)}); one subnet each")
         return self
 
 
@@ -555,6 +607,24 @@ class StackConfig(_Model):
         names = [c.name for c in self.clusters]
         if len(set(names)) != len(names):
             raise ValueError(f"cluster names repeat: {names}; each cluster needs its own name")
+        known = [self.availability_zone, *(z.availability_zone for z in self.vpc.extra_zones)]
+        for z in self.vpc.extra_zones:
+            if not re.fullmatch(re.escape(self.region) + "[a-z]", z.availability_zone):
+                raise ValueError(
+                    f"vpc.extraZones: {z.availability_zone!r} is not in region {self.region}"
+                )
+            if z.availability_zone == self.availability_zone:
+                raise ValueError(
+                    f"vpc.extraZones: {z.availability_zone} is the stack's own zone "
+                    "(its subnet is privateSubnetCidr); list other zones only"
+                )
+        for i, c in enumerate(self.clusters):
+            missing = [z for z in c.zones or [] if z not in known]
+            if missing:
+                raise ValueError(
+                    f"clusters[{i}].zones: no subnet in {', '.join(missing)}; add it to "
+                    f"vpc.extraZones (availabilityZone + privateSubnetCidr) or remove it"
+                )
         for i, c in enumerate(self.clusters):
             az = c.capacity.availability_zone
             if az is not None and az != self.availability_zone:
@@ -590,6 +660,32 @@ class StackConfig(_Model):
                 catalog.hourly_price(c.instance_type, self.region, c.capacity.model)
             except ValueError as exc:
                 raise StackConfigError(f"{key}: {exc}") from None
+            for j, alt in enumerate(c.fallback_instance_types):
+                akey = f"clusters[{i}].fallbackInstanceTypes[{j}]"
+                other = catalog.instances.get(alt)
+                if other is None:
+                    raise StackConfigError(
+                        f"{akey}: {alt!r} is not in the catalog; allowed: "
+                        f"{', '.join(sorted(catalog.instances))}"
+                    )
+                a, b = facts.accelerator, other.accelerator
+                if (a.kind, a.count) != (b.kind, b.count) or (c.efa and not other.efa_supported):
+                    raise StackConfigError(
+                        f"{akey}: {alt} ({b.count} {b.kind}) cannot stand in for "
+                        f"{c.instance_type} ({a.count} {a.kind}{', EFA' if c.efa else ''}): "
+                        "one Slurm node definition must fit every type; make another cluster"
+                    )
+                mine, theirs = facts.efa_interfaces.value, other.efa_interfaces.value
+                if c.efa and mine != theirs:
+                    raise StackConfigError(
+                        f"{akey}: {alt} has {theirs} EFA interfaces, {c.instance_type} {mine}: "
+                        "the cluster's launch template has one EFA layout; make another "
+                        "cluster for it"
+                    )
+                try:
+                    catalog.hourly_price(alt, self.region, c.capacity.model)
+                except ValueError as exc:
+                    raise StackConfigError(f"{akey}: {exc}") from None
 
 
 def _format_error(exc: ValidationError) -> str:

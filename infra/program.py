@@ -103,6 +103,9 @@ def build(
                     cluster=c,
                     catalog=catalog,
                     subnet_id=network.private_subnet.id,
+                    zone_subnet_ids=[
+                        network.zone_subnets[z].id for z in c.zones or [cfg.availability_zone]
+                    ],
                     security_group_ids=[network.efa_sg.id, network.node_sg.id],
                     checkpoint_bucket_arn=store.bucket.arn,
                     # Default tags don't reach instances an ASG launches: tag them explicitly,

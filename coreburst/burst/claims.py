@@ -42,6 +42,9 @@ SCHEMA = """
 CREATE TABLE IF NOT EXISTS claims (
   node TEXT PRIMARY KEY, owner TEXT NOT NULL, state TEXT NOT NULL, token TEXT,
   batch TEXT, instance_id TEXT, at REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS backoff (
+  pool TEXT NOT NULL, itype TEXT NOT NULL, zone TEXT NOT NULL, code TEXT NOT NULL,
+  until REAL NOT NULL, PRIMARY KEY (pool, itype, zone));
 """
 LAUNCHING, LAUNCHED = "launching", "launched"
 
@@ -84,6 +87,9 @@ class Batch:
     nodes: list[str]  # in the request's order (its TotalTargetCapacity is their number)
     strict: bool  # all-or-nothing (MinTargetCapacity)
     members: list[str]  # those still claimed (the rest were suspended since)
+    # The (instance type, zone) launch choices the request offered, in order: the same
+    # token needs the same request (EC2 answers another with IdempotentParameterMismatch).
+    choices: list[tuple[str, str]] | None = None
 
 
 @dataclass
@@ -184,8 +190,15 @@ class Claims:
                                 (token, self.owner),
                             )
                         ]
+                    choices = spec.get("choices")
                     out.resumed.append(
-                        Batch(token, list(spec["nodes"]), bool(spec["strict"]), sorted(members))
+                        Batch(
+                            token,
+                            list(spec["nodes"]),
+                            bool(spec["strict"]),
+                            sorted(members),
+                            [(str(t), str(z)) for t, z in choices] if choices else None,
+                        )
                     )
             db.execute("COMMIT")
         except BaseException:
@@ -193,9 +206,15 @@ class Claims:
             raise
         return out
 
-    def prepare(self, nodes: list[str], token: str, strict: bool) -> None:
+    def prepare(
+        self,
+        nodes: list[str],
+        token: str,
+        strict: bool,
+        choices: list[tuple[str, str]] | None = None,
+    ) -> None:
         """Record the batch's token and request before its CreateFleet is sent."""
-        spec = json.dumps({"nodes": nodes, "strict": strict})
+        spec = json.dumps({"nodes": nodes, "strict": strict, "choices": choices})
         db = self._txn()
         try:
             db.executemany(
@@ -243,6 +262,43 @@ class Claims:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    # -- capacity backoff ------------------------------------------------------------------
+    def back_off(
+        self, pool: str, choices: Iterable[tuple[str, str]], code: str, seconds: float
+    ) -> None:
+        """No launches of these (instance type, zone) choices of ``pool`` for ``seconds``."""
+        until = self.clock() + seconds
+        db = self._txn()
+        try:
+            db.executemany(
+                "INSERT OR REPLACE INTO backoff VALUES (?,?,?,?,?)",
+                [(pool, t, z, code, until) for t, z in choices],
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def backed_off(self, pool: str) -> dict[tuple[str, str], tuple[str, float]]:
+        """(type, zone) -> (the capacity code, until when) for the pool's choices backed off
+        now."""
+        rows = self.db.execute(
+            "SELECT itype, zone, code, until FROM backoff WHERE pool=? AND until>?",
+            (pool, self.clock()),
+        )
+        return {(t, z): (code, until) for t, z, code, until in rows}
+
+    def forgive(self, pool: str) -> int:
+        """Lift every backoff of ``pool`` now (``coreburst burst release-hold``)."""
+        db = self._txn()
+        try:
+            n = db.execute("DELETE FROM backoff WHERE pool=?", (pool,)).rowcount
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return int(n)
 
     def rows(self) -> list[tuple[str, str, str, str | None]]:
         """(node, owner, state, instance id) of every claim, for status and tests."""

@@ -186,6 +186,10 @@ class BurstSettings(_Model):
     # Only for several slurmd on one machine (a lab): one Port= per cloud node from here.
     slurmd_port_base: int | None = Field(default=None, ge=1024, le=65000)
     capacity_blocks: dict[str, CapacityBlockWindow] = {}
+    # Seconds an (instance type, zone) choice that got a capacity error is not offered to
+    # EC2 again; when every choice of a pool is out, the pool is held (a MAINT reservation
+    # coreburst-backoff-<pool>-<ms>) as long, so its jobs start elsewhere at once.
+    capacity_backoff_s: int = Field(default=600, ge=10)
     # Logs of the power programs (slurmctld discards their stdout and stderr).
     log_file: Path = Path("/var/log/coreburst/burst-power.log")
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")

@@ -4,7 +4,7 @@ slurmctld runs ``resume``, ``suspend`` and ``resume-fail`` (coreburst/burst/powe
 credentials in ``/etc/coreburst/burst.env``. This module writes the identity policy those
 credentials need for one stack, and nothing more:
 
-* **reads** (``DescribeInstances``, ``DescribeLaunchTemplates``,
+* **reads** (``DescribeInstances``, ``DescribeSubnets``, ``DescribeLaunchTemplates``,
   ``DescribeLaunchTemplateVersions``) on ``*``: EC2 Describe actions support no resource-level
   permissions (Service Authorization Reference, "Actions defined by Amazon EC2").
 * **launch** with ``CreateFleet`` only from launch templates tagged ``coreburst-stack=<stack>``,
@@ -50,6 +50,7 @@ from coreburst.burst.power import CLUSTER_TAG_KEY, LAUNCH_TAG_KEY, STACK_TAG_KEY
 # source), and the template versions "$Latest" stands for, to check what a launch would use.
 READ_ACTIONS = (
     "ec2:DescribeInstances",
+    "ec2:DescribeSubnets",
     "ec2:DescribeLaunchTemplateVersions",
     "ec2:DescribeLaunchTemplates",
 )

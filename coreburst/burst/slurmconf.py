@@ -55,6 +55,9 @@ class NodeSet:
     gpu_type: str | None
     features: tuple[str, ...]
     partition: str
+    # Every type the node may be launched as (instance_type first) and its zones, in order.
+    instance_types: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
 
     @property
     def hostlist(self) -> str:
@@ -73,34 +76,44 @@ def node_sets(stack: BurstStack, catalog: Catalog | None = None) -> list[NodeSet
     for c in stack.config.clusters:
         if c.nodes == 0:
             continue
-        facts = catalog.instance(c.instance_type)
-        acc = facts.accelerator
+        # The cluster's type and its fallbacks (same accelerator and count, checked by
+        # infra/config.py): the node is declared with what every one of them has.
+        types = tuple(c.instance_types)
+        all_facts = [catalog.instance(t) for t in types]
+        acc = all_facts[0].accelerator
         market = c.capacity.model
         partition = {
             "spot": s.spot_partition,
             "capacity-block": s.block_partition,
         }.get(market, s.burst_partition)
-        gpu_type = acc.model.lower() if acc.kind == "nvidia" else None
+        models = {f.accelerator.model.lower() for f in all_facts}
+        gpus = acc.count if acc.kind == "nvidia" else 0
+        # One GRES type only when every type has the same GPU model (p5 H100 + p5e H200:
+        # untyped gpu:8, so a job asking for gpu:8 fits whichever launched).
+        gpu_type = next(iter(models)) if gpus and len(models) == 1 else None
+        # With fallbacks the node may be any of its types: only what they share is a feature.
         features = (
             "burst",
             market,
-            c.instance_type,
-            acc.model.lower(),
+            *((types[0],) if len(types) == 1 else ()),
+            *((next(iter(models)),) if len(models) == 1 else ()),
             acc.kind,
             c.name,
         )
         out.append(
             NodeSet(
                 cluster=c.name,
-                instance_type=c.instance_type,
+                instance_type=types[0],
                 market=market,
                 names=tuple(node_names(c.name, c.nodes)),
-                cpus=facts.vcpus,
-                real_memory_mb=int(facts.memory_gib * 1024 * s.memory_fraction),
-                gpus=acc.count if gpu_type else 0,
+                cpus=min(f.vcpus for f in all_facts),
+                real_memory_mb=int(min(f.memory_gib for f in all_facts) * 1024 * s.memory_fraction),
+                gpus=gpus,
                 gpu_type=gpu_type,
                 features=features,
                 partition=partition,
+                instance_types=types,
+                zones=tuple(c.zones or [stack.config.availability_zone]),
             )
         )
     return out
@@ -114,7 +127,7 @@ def node_set_of(stack: BurstStack, catalog: Catalog | None = None) -> dict[str, 
 def _node_lines(ns: NodeSet, port_of: dict[str, int]) -> list[str]:
     common = f"CPUs={ns.cpus} RealMemory={ns.real_memory_mb}"
     if ns.gpus:
-        common += f" Gres=gpu:{ns.gpu_type}:{ns.gpus}"
+        common += f" Gres=gpu:{ns.gpu_type}:{ns.gpus}" if ns.gpu_type else f" Gres=gpu:{ns.gpus}"
     common += f" Features={','.join(dict.fromkeys(ns.features))} State=CLOUD"
     if not port_of:
         return [f"NodeName={ns.hostlist} {common}"]
@@ -193,9 +206,8 @@ def render_gres(stack: BurstStack, catalog: Catalog | None = None) -> str:
     lines = [f"# coreburst burst nodes for stack {stack.name!r} (coreburst burst slurm-conf)."]
     for ns in node_sets(stack, catalog):
         if ns.gpus:
-            lines.append(
-                f"NodeName={ns.hostlist} Name=gpu Type={ns.gpu_type} File={prefix}[0-{ns.gpus - 1}]"
-            )
+            typed = f" Type={ns.gpu_type}" if ns.gpu_type else ""
+            lines.append(f"NodeName={ns.hostlist} Name=gpu{typed} File={prefix}[0-{ns.gpus - 1}]")
     return "\n".join(lines) + "\n"
 
 

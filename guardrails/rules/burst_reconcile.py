@@ -26,8 +26,11 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   on it), and its SuspendProgram ends the instance.
 * **Guard**: an instance under a node Slurm reports busy (ALLOCATED, MIXED, COMPLETING) is
   never terminated; Slurm is read again right before terminating.
-* **Pool holds** (with ``burst_audit_log``, the resume program's audit log): a pool (cluster)
-  whose resume got InsufficientInstanceCapacity is held for ``capacity_backoff`` (a MAINT
+* **Pool holds** (with ``burst_audit_log``, the resume program's audit log): the resume
+  program holds a pool itself the moment every type and zone of it is out of capacity, or on
+  a quota or invalid-request error (``resume.pool_held``; coreburst/common/ec2errors.py), and
+  this rule tells Slack once per hold. Otherwise a pool (cluster)
+  whose resume got a capacity error is held for ``capacity_backoff`` (a MAINT
   reservation ``coreburst-backoff-<pool>-<ms>`` that ends by itself); a pool with
   ``bootstrap_failures_before_protect`` resume-fail events (nodes that never registered) within
   ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
@@ -52,6 +55,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from coreburst.common.ec2errors import classify
 from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
 from guardrails.adapters.slurm import (
@@ -144,6 +148,7 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
     t = now.timestamp()
     backoff = p.capacity_backoff.total_seconds()
     last_ice: dict[str, float] = {}
+    ice_code: dict[str, str] = {}
     fails: dict[str, list[float]] = {}
     released: dict[str, float] = {}
     for e in events:
@@ -157,9 +162,15 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
         pools = {
             p for p in pools_of(str(e.get("nodes", ""))) if float(e["ts"]) > released.get(p, -1)
         }
-        if e.get("event") == "resume.failed" and e.get("code") == ICE and age < backoff:
+        if (
+            e.get("event") == "resume.failed"
+            and classify(str(e.get("code", ""))) == "capacity"
+            and age < backoff
+        ):
             for pool in pools:
-                last_ice[pool] = max(last_ice.get(pool, 0.0), float(e["ts"]))
+                if float(e["ts"]) >= last_ice.get(pool, 0.0):
+                    last_ice[pool] = float(e["ts"])
+                    ice_code[pool] = str(e.get("code"))
         if e.get("event") == "resume-fail" and age < p.bootstrap_window.total_seconds():
             for pool in pools:
                 fails.setdefault(pool, []).append(float(e["ts"]))
@@ -171,8 +182,33 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
                 pool,
                 f"{BACKOFF_PREFIX}{pool}-{ms}",
                 max(1, math.ceil((backoff - (t - ts)) / 60)),
-                f"{ICE} for pool {pool}: no launches for {p.capacity_backoff}",
+                f"{ice_code.get(pool, ICE)} for pool {pool}: no launches for "
+                f"{p.capacity_backoff}",
                 f"burst-backoff:{pool}:{ms}",
+            )
+        )
+    for e in events:  # holds the resume program placed itself: Slack hears of each
+        if e.get("event") != "resume.pool_held" or not e.get("reservation"):
+            continue
+        pool, resv = str(e.get("pool", "")), str(e["reservation"])
+        if float(e["ts"]) <= released.get(pool, -1):
+            continue
+        minutes = e.get("minutes")
+        if isinstance(minutes, int) and t - float(e["ts"]) >= minutes * 60:
+            continue  # ended by itself
+        out.append(
+            Hold(
+                pool,
+                resv,
+                minutes if isinstance(minutes, int) else None,
+                f"{e.get('code')} ({e.get('error_class')}) for pool {pool}, held at once by "
+                "the resume program"
+                + (
+                    ""
+                    if isinstance(minutes, int)
+                    else f": until an operator runs `coreburst burst release-hold {pool}`"
+                ),
+                f"burst-held:{resv}",
             )
         )
     n = p.bootstrap_failures_before_protect
@@ -362,6 +398,14 @@ def _hold_pools(
         return
     existing = slurm.reservations()
     for h in wanted:
+        if h.key.startswith("burst-held:"):  # placed by the resume program: tell, once
+            if h.reservation in existing:
+                targets = sorted(n for n in nodes if pool_of(n) == h.pool)
+                ctx.alert(
+                    messages.burst_pool_held(h.pool, h.reservation, targets, h.why, h.minutes),
+                    timedelta(0),
+                )
+            continue
         prefix = h.reservation if h.minutes is None else f"{BACKOFF_PREFIX}{h.pool}-"
         if any(r.startswith(prefix) for r in existing):
             continue  # held already (a later failure does not stack a second reservation)

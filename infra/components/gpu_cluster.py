@@ -35,6 +35,10 @@ class GpuClusterArgs:
     lustre_efa: bool = False
     # A burst stack: nodes join the on-prem Slurm controller (declare_slurm_join).
     slurm_join: SlurmJoinRefs | None = None
+    # The subnets of every zone the cluster may launch in (Cluster.zones), primary first.
+    # With more than one, the launch template names no subnet: each launch gives its own
+    # (CreateFleet Overrides SubnetId, the ASG's zone identifiers).
+    zone_subnet_ids: list[pulumi.Input[str]] | None = None
 
 
 @dataclass
@@ -87,7 +91,9 @@ def declare_slurm_join(
 
 
 def network_interfaces(
-    efa_count: int, subnet_id: pulumi.Input[str], security_groups: list[pulumi.Input[str]]
+    efa_count: int,
+    subnet_id: pulumi.Input[str] | None,
+    security_groups: list[pulumi.Input[str]],
 ) -> list[aws.ec2.LaunchTemplateNetworkInterfaceArgs]:
     """Launch-template interfaces for ``efa_count`` EFA devices (0 = plain ENA only)."""
     return [
@@ -189,6 +195,7 @@ class GpuCluster(pulumi.ComponentResource):
                     v[1],
                     lustre_efa=lustre_efa,
                     slurm_join=_slurm_join(join, v[2], v[3], gres_line) if join else None,
+                    per_device_metrics=c.per_device_metrics,
                 ).encode()
             ).decode()
         )
@@ -208,6 +215,7 @@ class GpuCluster(pulumi.ComponentResource):
                 capacity_reservation_target=target
             )
 
+        subnets = args.zone_subnet_ids or [args.subnet_id]
         tag_specs = [
             aws.ec2.LaunchTemplateTagSpecificationArgs(resource_type=rt, tags=args.instance_tags)
             for rt in ("instance", "volume", "network-interface")
@@ -218,7 +226,9 @@ class GpuCluster(pulumi.ComponentResource):
             instance_type=c.instance_type,
             iam_instance_profile=aws.ec2.LaunchTemplateIamInstanceProfileArgs(arn=profile.arn),
             network_interfaces=network_interfaces(
-                efa_count, args.subnet_id, args.security_group_ids
+                efa_count,
+                args.subnet_id if len(subnets) == 1 else None,
+                args.security_group_ids,
             ),
             metadata_options=aws.ec2.LaunchTemplateMetadataOptionsArgs(
                 http_endpoint="enabled",
@@ -281,7 +291,7 @@ class GpuCluster(pulumi.ComponentResource):
             min_size=0,
             max_size=max(size, 1) if args.slurm_join is None else 0,
             desired_capacity=size,
-            vpc_zone_identifiers=[args.subnet_id],
+            vpc_zone_identifiers=subnets,
             launch_template=launch_template,
             mixed_instances_policy=mixed,
             placement_group=self.placement_group.id if self.placement_group else None,

@@ -14,6 +14,8 @@ from infra.cost import INTERFACE_ENDPOINT_SERVICES
 
 # Lustre's LNet ports: 988 plus 1018-1023. Templates that open only 988 or only 1021-1023 break
 # clients under load.
+# On every private subnet: the burst resume program looks a zone's subnet up by it.
+PRIVATE_SUBNET_TAG = "coreburst-subnet"
 LUSTRE_PORTS: tuple[tuple[int, int], ...] = ((988, 988), (1018, 1023))
 
 
@@ -54,7 +56,8 @@ class Network(pulumi.ComponentResource):
             cidr_block=args.vpc.private_subnet_cidr,
             availability_zone=az,
             map_public_ip_on_launch=False,
-            tags={"Name": f"{name}-private-{az}"},
+            # The burst resume program finds a zone's subnet by this tag (CreateFleet Overrides).
+            tags={"Name": f"{name}-private-{az}", PRIVATE_SUBNET_TAG: "private"},
             opts=child,
         )
         self.private_route_table = aws.ec2.RouteTable(
@@ -69,6 +72,26 @@ class Network(pulumi.ComponentResource):
             route_table_id=self.private_route_table.id,
             opts=child,
         )
+        # Private subnets in other zones (vpc.extraZones), for clusters that may launch there;
+        # they share the private route table (one VPC, routes are zone-independent).
+        self.zone_subnets: dict[str, aws.ec2.Subnet] = {az: self.private_subnet}
+        for extra in args.vpc.extra_zones:
+            z = extra.availability_zone
+            self.zone_subnets[z] = aws.ec2.Subnet(
+                f"{name}-private-{z}",
+                vpc_id=self.vpc.id,
+                cidr_block=extra.private_subnet_cidr,
+                availability_zone=z,
+                map_public_ip_on_launch=False,
+                tags={"Name": f"{name}-private-{z}", PRIVATE_SUBNET_TAG: "private"},
+                opts=child,
+            )
+            aws.ec2.RouteTableAssociation(
+                f"{name}-private-rta-{z}",
+                subnet_id=self.zone_subnets[z].id,
+                route_table_id=self.private_route_table.id,
+                opts=child,
+            )
         # Checkpoints and datasets reach S3 without NAT charges.
         aws.ec2.VpcEndpoint(
             f"{name}-s3",

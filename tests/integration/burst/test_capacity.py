@@ -5,10 +5,15 @@ template the way EC2 answers an ``instant`` fleet it cannot fill (HTTP 200, no i
 ``InsufficientInstanceCapacity`` item in ``errorSet``; EC2 API reference, CreateFleet; moto has
 no notion of capacity, so this response is made up in that documented shape).
 
+The proxy also answers CreateFleet Overrides as EC2 documents them: an (instance type, zone)
+in ``no_capacity`` is skipped and the next Override in priority order is used; none left is
+the documented error answer (UnfulfillableCapacity, then one InsufficientInstanceCapacity per
+Override). moto itself launches only the first Override.
+
 The job's resume fails fast (the node is DOWN with the error code and powered down, and the job
-requeues well inside ResumeTimeout); a guardrails daemon cycle (burst-reconcile, under its gate)
-then holds the pool for ``capacity_backoff`` in a MAINT reservation, so Slurm stops asking for
-it; once capacity is back and the hold is gone the job runs on a burst node.
+requeues well inside ResumeTimeout); the resume program holds the pool at once in a MAINT
+reservation, so Slurm stops asking for it, and the guardrails daemon tells Slack; once capacity
+is back and the hold is lifted the job runs on a burst node.
 """
 
 from __future__ import annotations
@@ -83,29 +88,103 @@ def _daemon_cycle(path: Path) -> tuple[list[dict[str, object]], list[dict[str, o
     return [json.loads(x) for x in log.read_text().splitlines()[before:]], outbox
 
 
-def test_capacity_error_requeues_at_once_then_the_pool_backs_off(lab: BurstLab) -> None:
+def _instance(lab: BurstLab, node: str) -> dict[str, object]:
+    resp = lab.ec2.describe_instances(
+        Filters=[
+            {"Name": "tag:coreburst-slurm-node", "Values": [node]},
+            {"Name": "instance-state-name", "Values": ["pending", "running"]},
+        ]
+    )
+    (inst,) = [i for r in resp["Reservations"] for i in r["Instances"]]
+    return dict(inst)
+
+
+def _sbatch(lab: BurstLab, *args: str) -> str:
+    out = lab.slurm.run("sbatch", "--parsable", "-o", "/dev/null", *args)
+    return out.stdout.strip().split(";")[0]
+
+
+def test_no_capacity_for_the_type_or_the_zone_falls_back_within_the_same_request(
+    lab: BurstLab,
+) -> None:
+    """Pool od is p5 with p5e as fallback, in us-east-1a then us-east-1b (the lab stack).
+    No p5 in us-east-1a: the job runs on a p5e there; then no p5e there either: the next job
+    runs on a p5 in us-east-1b. One CreateFleet each, Overrides in that order (EC2 API
+    reference, CreateFleet: ``prioritized`` takes the Overrides by Priority)."""
     slurm, proxy = lab.slurm, lab.proxy
     assert proxy is not None
-    (lt,) = lab.ec2.describe_launch_templates(LaunchTemplateNames=["od-lt-a1b2c3d"])[
-        "LaunchTemplates"
-    ]
-    proxy.out_of_capacity.add(lt["LaunchTemplateId"])
-    job = slurm.run(
-        "sbatch", "--parsable", "-o", "/dev/null", "-p", "burst", "--exclusive", "-N1",
-        "-t", "10", "--wrap", "sleep 1",
-    ).stdout.strip().split(";")[0]  # fmt: skip
+    proxy.no_capacity = {("p5.48xlarge", "us-east-1a")}
+    seen = len(proxy.choices_seen)
+    jobs = []
+    try:
+        jobs.append(
+            _sbatch(lab, "-p", "burst", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 30")
+        )
+        lab.wait("first job running", lambda: _job(lab, jobs[0])["JobState"] == "RUNNING", 60)
+        first = _job(lab, jobs[0])["NodeList"]
+        inst = _instance(lab, first)
+        assert inst["InstanceType"] == "p5e.48xlarge"
+        assert inst["Placement"]["AvailabilityZone"] == "us-east-1a"  # type: ignore[index]
+        assert proxy.choices_seen[seen] == [
+            ("p5.48xlarge", "us-east-1a"),
+            ("p5e.48xlarge", "us-east-1a"),
+            ("p5.48xlarge", "us-east-1b"),
+            ("p5e.48xlarge", "us-east-1b"),
+        ]
+        proxy.no_capacity.add(("p5e.48xlarge", "us-east-1a"))
+        jobs.append(
+            _sbatch(lab, "-p", "burst", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 1")
+        )
+        lab.wait(
+            "second job running",
+            lambda: _job(lab, jobs[1])["JobState"] in ("RUNNING", "COMPLETED"),
+            60,
+        )
+        second = _job(lab, jobs[1])["NodeList"]
+        assert second != first
+        inst = _instance(lab, second)
+        assert inst["InstanceType"] == "p5.48xlarge"
+        assert inst["Placement"]["AvailabilityZone"] == "us-east-1b"  # type: ignore[index]
+        assert len(proxy.choices_seen) == seen + 2  # one CreateFleet per job
+        assert not [e for e in _audit(lab) if e["event"] in ("resume.failed", "resume.backoff")]
+    finally:
+        proxy.no_capacity = set()
+        for j in jobs:
+            slurm.run("scancel", j, check=False)
+        lab.power_down(["od-1", "od-2"])
+
+
+def test_capacity_error_requeues_at_once_and_the_pool_backs_off_at_once(lab: BurstLab) -> None:
+    """No capacity in any type or zone of pool od: the resume program fails the node (the
+    job requeues at once), backs every choice off and holds the pool in a MAINT reservation
+    itself, so Slurm asks for no od node again while it lasts; the daemon tells Slack."""
+    slurm, proxy = lab.slurm, lab.proxy
+    assert proxy is not None
+    proxy.no_capacity = {
+        (t, z) for t in ("p5.48xlarge", "p5e.48xlarge") for z in ("us-east-1a", "us-east-1b")
+    }
+    refused = proxy.refused
+    n_audit = len(_audit(lab))
+    job = _sbatch(lab, "-p", "burst", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 1")
     try:
         lab.wait(
-            "resume failure audited",
-            lambda: any(e["event"] == "resume.failed" for e in _audit(lab)),
-            20,
+            "resume failure and pool hold audited",
+            lambda: any(e["event"] == "resume.pool_held" for e in _audit(lab)[n_audit:]),
+            30,
         )
-        (failed,) = [e for e in _audit(lab) if e["event"] == "resume.failed"]
+        new = _audit(lab)[n_audit:]
+        (failed,) = [e for e in new if e["event"] == "resume.failed"]
         node = str(failed["nodes"])
         assert node in ("od-1", "od-2") and failed["code"] == ICE
-        assert proxy.refused == 1
-        assert lab.instances(node, ("pending", "running", "terminated")) == []
-        # Fast: requeued and powered down long before ResumeTimeout (40 s here).
+        assert failed["error_class"] == "capacity"
+        assert proxy.refused == refused + 1
+        (backoff,) = [e for e in new if e["event"] == "resume.backoff"]
+        assert len(backoff["choices"]) == 4  # type: ignore[arg-type]
+        (held,) = [e for e in new if e["event"] == "resume.pool_held"]
+        resv = str(held["reservation"])
+        assert held["pool"] == "od" and resv.startswith("coreburst-backoff-od-")
+        shown = slurm.run("scontrol", "-o", "show", "reservation", resv).stdout
+        assert "Nodes=od-[1-2]" in shown and "MAINT" in shown
         lab.wait(
             "job requeued, node powered down",
             lambda: (
@@ -117,31 +196,27 @@ def test_capacity_error_requeues_at_once_then_the_pool_backs_off(lab: BurstLab) 
             15,
         )
         assert f"(Code:{ICE})" in slurm.node(node).get("Reason", "")
-        # The requeued job says why, in one line (issue 21: reasons on the job).
         shown = slurm.run("scontrol", "show", "job", job).stdout
-        assert f"AdminComment=coreburst: burst launch for {node} failed ({ICE}); requeued" in shown
-
-        # The daemon's cycle backs the pool off: both od nodes in one MAINT reservation.
-        events, outbox = _daemon_cycle(_guardrails_yaml(lab))
-        (hold,) = [e for e in events if e["event"] == "burst.hold"]
-        resv = str(hold["reservation"])
-        assert hold["pool"] == "od" and resv.startswith("coreburst-backoff-od-")
-        shown = slurm.run("scontrol", "-o", "show", "reservation", resv).stdout
-        assert "Nodes=od-[1-2]" in shown and "MAINT" in shown
-        told = [r for r in outbox if r["key"] == f"burst-pool:{resv}"]
-        assert len(told) == 1 and "Burst pool od backed off" in json.dumps(told)
+        assert f"AdminComment=coreburst: burst launch for {node} failed ({ICE}: capacity)" in shown
+        # Slurm pushed the requeued job's BeginTime a credential lifetime ahead (70 s here,
+        # 121 s by default): start it now; the hold alone must keep Slurm off the pool.
         requests = [e for e in _audit(lab) if e["event"] == "resume.request"]
-        # The requeue put BeginTime cred_expire (70 s) ahead: start it now; the hold alone
-        # must keep Slurm from asking for the pool again.
         slurm.run("scontrol", "update", f"jobid={job}", "starttime=now")
         time.sleep(5)  # five power-save intervals and two backfill passes
         assert [e for e in _audit(lab) if e["event"] == "resume.request"] == requests
         assert _job(lab, job)["JobState"] == "PENDING"
-        assert proxy.refused == 1
+        assert proxy.refused == refused + 1
 
-        # Capacity is back: the operator lifts the backoff with the documented command
-        # instead of waiting it out; the next daemon cycle does not put it back.
-        proxy.out_of_capacity.clear()
+        # The daemon's cycle places nothing more and tells Slack of the hold, once.
+        events, outbox = _daemon_cycle(_guardrails_yaml(lab))
+        assert [e for e in events if e["event"] == "burst.hold"] == []
+        told = [r for r in outbox if r["key"] == f"burst-pool:{resv}"]
+        assert len(told) == 1 and "Burst pool od backed off" in json.dumps(told)
+        _, outbox = _daemon_cycle(_guardrails_yaml(lab))
+        assert len([r for r in outbox if r["key"] == f"burst-pool:{resv}"]) == 1
+
+        # Capacity is back: the operator lifts the backoff with the documented command.
+        proxy.no_capacity = set()
         out = slurm.burst_cli(
             "release-hold", "od", "--stack", "lab", "--stack-dir", str(slurm.lab),
             "--reason", "capacity back",
@@ -151,14 +226,17 @@ def test_capacity_error_requeues_at_once_then_the_pool_backs_off(lab: BurstLab) 
         assert resv not in slurm.run("scontrol", "show", "reservation").stdout
         (released,) = [e for e in _audit(lab) if e["event"] == "operator.released"]
         assert released["pool"] == "od" and released["reservations"] == [resv]
+        assert released["choices_lifted"] == 4
         events, _ = _daemon_cycle(_guardrails_yaml(lab))
         assert [e for e in events if e["event"] == "burst.hold"] == []
         assert "coreburst-backoff-od" not in slurm.run("scontrol", "show", "reservation").stdout
-        lab.wait("job done on a burst node", lambda: _job(lab, job)["JobState"] == "COMPLETED", 90)
-        assert _job(lab, job)["NodeList"] in ("od-1", "od-2")
-        assert _job(lab, job)["NodeList"] in [n for n, _ in lab.watcher.boots]
+        again = _sbatch(lab, "-p", "burst", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 1")
+        lab.wait(
+            "job done on a burst node", lambda: _job(lab, again)["JobState"] == "COMPLETED", 90
+        )
+        assert _job(lab, again)["NodeList"] in ("od-1", "od-2")
     finally:
-        proxy.out_of_capacity.clear()
+        proxy.no_capacity = set()
         slurm.run("scancel", job, check=False)
 
 
