@@ -24,7 +24,11 @@ bills), client CPU (``time.process_time``), peak traced Python memory of a fourt
 and the CloudWatch API dollars per day at the default cadence from the catalog's price
 (``cloudwatch`` in coreburst/common/data/catalog.yaml, with its date and source), checked against <=
 $10
-per 1,000 instances per day.
+per 1,000 instances per day. Then the guardrails' whole CloudWatch bill a day, term by term:
+custom metrics (what the shipped agent config publishes per p5, on the tiered price),
+PutMetricData (the agent's flushes) and GetMetricData (the metrics this run requested, scaled to
+a day; checked equal to coreburst/common/cloudwatch_cost.py's figure), against the goal of
+<= $15 per 1,000 p5 instances per day.
 
 moto's CloudWatch scans every stored datapoint per query and per period; the server is
 started through ``benchmarks/indexed_moto.py``, which answers the same queries from an index.
@@ -54,6 +58,8 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 
 from coreburst.common.catalog import load_catalog
+from coreburst.common.cloudwatch_cost import Cadence, FleetGroup
+from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
 from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import MotoProcess, fake_session, launch
@@ -300,6 +306,18 @@ metrics_endpoint: {{enabled: false}}
     di = max(c["calls"].get("DescribeInstances", 0) for c in (cold, between, warm))
     per_k = warm["cpu_s"] * 1000 / n
     per_k_usd = usd_day * 1000 / n
+    # the whole bill: what the nodes publish (model of the shipped config) + what was read
+    egress_s = cfg.egress.every.total_seconds() if cfg.egress.enabled else None
+    model = cloudwatch_bill(
+        [FleetGroup("p5.48xlarge", n)], cat, Cadence(cfg.idle.every.total_seconds(), egress_s)
+    )
+    read_day = (
+        idle_metrics * per_day_idle
+        + egress_metrics * per_day_egress
+        + other_metrics * per_day_cycles
+    )
+    all_in = model.custom_usd_day + model.put_usd_day + usd_day
+    per_k_all_in = all_in * 1000 / n
     return {
         "n": n,
         "datapoints": points,
@@ -314,13 +332,21 @@ metrics_endpoint: {{enabled: false}}
             other_metrics * per_day_cycles,
         ),
         "price": price,
+        "model": model,
+        "all_in": all_in,
         "checks": {
+            f"GetMetricData metrics/day measured {read_day:,.0f} = model "
+            f"{model.get_metrics_day:,.0f} (coreburst/common/cloudwatch_cost.py)": round(read_day)
+            == round(model.get_metrics_day),
             f"GetMetricData calls for utilization {idle_calls} (cold {idle_calls_cold}) <= "
             f"ceil(3 x {n} / 500) + 1 = {gmd_limit}": max(idle_calls, idle_calls_cold) <= gmd_limit,
             f"DescribeInstances {di} <= {math.ceil(n / 1000)}": di <= math.ceil(n / 1000),
             f"client CPU (warm) {per_k:.3f} s per 1,000 instances <= 0.25 s": per_k <= 0.25,
             f"CloudWatch API ${per_k_usd:.2f} per 1,000 instances per day <= $10.00": per_k_usd
             <= 10.0,
+            f"CloudWatch all-in ${per_k_all_in:.2f} per 1,000 p5 instances per day <= $15.00": (
+                per_k_all_in <= 15.0
+            ),
         },
     }
 
@@ -369,6 +395,30 @@ def main() -> int:
                 f"other requests ${usd_req:,.2f}) at ${p.value} per 1,000 metrics requested "
                 f"({p.source}, {p.as_of}{', unverified' if p.unverified else ''})"
             )
+            b = r["model"]
+            print(f"  CloudWatch all-in per day at the default cadence ({n:,} p5 instances):")
+            rows = [
+                (
+                    "custom metrics",
+                    f"{b.custom_metrics:,} metrics (shipped agent config)",
+                    b.custom_usd_day,
+                ),
+                (
+                    "PutMetricData",
+                    f"{b.put_requests_day:,.0f} requests (agent flushes)",
+                    b.put_usd_day,
+                ),
+                (
+                    "GetMetricData",
+                    f"{m_idle + m_egress + m_other:,.0f} metrics (measured)",
+                    usd_idle + usd_egress + usd_other,
+                ),
+                ("other requests", "ListMetrics, GetMetricStatistics (measured)", usd_req),
+                ("all-in", f"${r['all_in'] * 1000 / n:,.2f} per 1,000 instances", r["all_in"]),
+            ]
+            for term, what, usd in rows:
+                print(f"    {term:15} {what:52} ${usd:>9,.2f}")
+            print(f"    prices: {b.source}{', unverified' if b.unverified else ''}")
             for name, ok in r["checks"].items():
                 missed += not ok
                 print(f"  [{'ok ' if ok else 'MISS'}] {name}")

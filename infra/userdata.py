@@ -34,8 +34,9 @@ def neuron_publisher_source() -> str:
     return pkg.joinpath("neuron_report.py").read_text(encoding="utf-8")
 
 
-def neuron_publisher_command(lnc: int | None = None) -> str:
-    """The publisher's command line, with the names from ``coreburst.common.telemetry``."""
+def neuron_publisher_command(lnc: int | None = None, per_device: bool = False) -> str:
+    """The publisher's command line, with the names from ``coreburst.common.telemetry``;
+    ``per_device`` adds each NeuronCore's own series (``--per-device``)."""
     m, hb = UTILIZATION_METRICS["neuron"], PUBLISHER_HEARTBEATS["neuron"]
     args = [
         "/usr/bin/python3",
@@ -56,6 +57,8 @@ def neuron_publisher_command(lnc: int | None = None) -> str:
     ]
     if lnc is not None:
         args += ["--lnc", str(int(lnc))]
+    if per_device:
+        args.append("--per-device")
     return shlex.join(args)
 
 
@@ -96,22 +99,25 @@ def render_user_data(
     *,
     slurm_join: SlurmJoin | None = None,
     neuron_lnc: int | None = None,
+    per_device_metrics: bool = False,
 ) -> str:
     """The node's boot script. ``lustre_efa``: the file system is EFA-enabled and this node
     type is an EFA client, so LNet gets its EFA interfaces before the mount. ``slurm_join``:
     a burst stack's node joins the on-prem Slurm controller last (after Lustre is mounted).
     ``neuron_lnc``: the logical NeuronCore size the Neuron publisher counts cores at (None: the
     node's NEURON_LOGICAL_NC_CONFIG, else the runtime default; see
-    coreburst/common/neuron_report.py).
+    coreburst/common/neuron_report.py). ``per_device_metrics`` (the cluster's
+    ``perDeviceMetrics``): publish every GPU's / NeuronCore's own series too, for ``explain``;
+    by default only the per-instance rollup the guardrails read (and the Neuron heartbeat).
 
     >>> "setup.sh" in render_user_data("nvidia", "fs.example", "abcd", lustre_efa=True)
     True
     """
     lines = ["#!/bin/bash", "set -euo pipefail", ""]
     if kind == "nvidia":
-        cfg = cloudwatch_agent_config()
+        cfg = cloudwatch_agent_config(per_device=per_device_metrics)
         lines += [
-            "# Per-GPU utilization for the idle-GPU guardrail (CloudWatch agent nvidia_gpu).",
+            "# GPU utilization for the idle-GPU guardrail (CloudWatch agent nvidia_gpu).",
             "mkdir -p /opt/aws/amazon-cloudwatch-agent/etc",
             "cat > /opt/aws/amazon-cloudwatch-agent/etc/coreburst.json <<'JSON'",
             cfg,
@@ -137,7 +143,7 @@ def render_user_data(
             "After=network-online.target",
             "[Service]",
             "ExecStart=/bin/sh -c '/opt/aws/neuron/bin/neuron-monitor | "
-            f"{neuron_publisher_command(neuron_lnc)}'",
+            f"{neuron_publisher_command(neuron_lnc, per_device_metrics)}'",
             "Restart=always",
             "[Install]",
             "WantedBy=multi-user.target",

@@ -160,6 +160,11 @@ class NatGateway(_Strict):
     usd_per_gb: Figure
 
 
+class CustomMetricTier(_Strict):
+    up_to_metrics: int | None
+    usd_per_metric_month: Figure
+
+
 class CloudWatchPrices(_Strict):
     """What the guardrails' own CloudWatch use costs (their reads are a bill too)."""
 
@@ -167,8 +172,19 @@ class CloudWatchPrices(_Strict):
     get_metric_data_usd_per_1000_metrics: Figure
     # ListMetrics, PutMetricData and the other API requests, per 1,000 requests.
     api_usd_per_1000_requests: Figure
-    # Each custom metric (name + dimension set) published, per month.
-    custom_metric_usd_per_month: Figure
+    # Each custom metric (name + dimension set) published, per month, tiered over the account's
+    # custom metrics (priced by coreburst.common.cloudwatch_cost).
+    custom_metric_tiers: list[CustomMetricTier] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _tiers_ascend(self) -> CloudWatchPrices:
+        bounds = [t.up_to_metrics for t in self.custom_metric_tiers]
+        if bounds[-1] is not None or None in bounds[:-1]:
+            raise ValueError("cloudwatch.custom_metric_tiers: only the last tier has no bound")
+        given = [b for b in bounds if b is not None]
+        if any(b <= a for a, b in zip([0, *given], given, strict=False)):
+            raise ValueError("cloudwatch.custom_metric_tiers: bounds must rise above 0")
+        return self
 
 
 class Catalog(_Strict):

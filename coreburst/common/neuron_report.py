@@ -12,16 +12,19 @@ period. ``neuron_runtime_data`` holds one entry per running Neuron application, 
 to its ``neuroncore_utilization``; ``neuron_hardware_info`` gives ``neuron_device_count`` and
 ``neuroncore_per_device_count``. A core no application holds appears nowhere, and with no
 application running ``neuron_runtime_data`` is empty. So each period this publishes one
-datapoint for *every* logical NeuronCore of the node (0 % where no application holds it) plus
-a heartbeat (value 1): an idle node reads as idle, and a node whose publisher or neuron-monitor
+value for *every* logical NeuronCore of the node (0 % where no application holds it) plus a
+heartbeat (value 1): an idle node reads as idle, and a node whose publisher or neuron-monitor
 died stops its heartbeat and reads as blind.
 
-Next to the per-core series it publishes the per-instance rollup the guardrails decide from:
-one statistic set (PutMetricData ``StatisticValues``: SampleCount, Sum, Minimum, Maximum;
+The core values go out as the per-instance rollup the guardrails decide from: one statistic
+set (PutMetricData ``StatisticValues``: SampleCount, Sum, Minimum, Maximum;
 CloudWatch API Reference, "StatisticSet") over every core's value, under the instance id
 alone. CloudWatch aggregates it with any other value of that dimension set in the period, so
 the daemon reads Maximum (busiest core), Minimum (idlest) and SampleCount (cores that reported)
-with one metric per instance instead of one per core. With ``--interval`` the publisher keeps
+with one metric per instance instead of one per core. Each core's own series (InstanceId +
+``--device-dimension``), 64 more custom metrics per trn2 billed per metric-month, is published
+only with ``--per-device`` (the stack's ``perDeviceMetrics``, for ``coreburst guardrails
+explain``'s per-core rows). With ``--interval`` the publisher keeps
 each core's highest value across neuron-monitor's reports and publishes once per interval (a
 busy moment between two publishes is never lost).
 
@@ -94,6 +97,7 @@ def datapoints(
     metric: str,
     device_dimension: str,
     heartbeat_metric: str,
+    per_device: bool = True,
 ) -> list[dict[str, Any]]:
     """PutMetricData ``MetricData`` for one report (``datapoints_for`` its core values)."""
     return datapoints_for(
@@ -102,6 +106,7 @@ def datapoints(
         metric=metric,
         device_dimension=device_dimension,
         heartbeat_metric=heartbeat_metric,
+        per_device=per_device,
     )
 
 
@@ -112,20 +117,24 @@ def datapoints_for(
     metric: str,
     device_dimension: str,
     heartbeat_metric: str,
+    per_device: bool = True,
 ) -> list[dict[str, Any]]:
-    """One utilization datum per logical core (dimensions InstanceId + ``device_dimension``),
-    then the rollup statistic set over all of them (InstanceId only), then the heartbeat
-    (InstanceId only), always last."""
+    """With ``per_device``, one utilization datum per logical core (dimensions InstanceId +
+    ``device_dimension``); then the rollup statistic set over all of them (InstanceId only),
+    then the heartbeat (InstanceId only), always last. The publisher passes ``per_device`` only
+    with ``--per-device``."""
     iid = {"Name": "InstanceId", "Value": instance_id}
-    data: list[dict[str, Any]] = [
-        {
-            "MetricName": metric,
-            "Unit": "Percent",
-            "Value": util[core],
-            "Dimensions": [iid, {"Name": device_dimension, "Value": core}],
-        }
-        for core in sorted(util, key=lambda c: (not c.isdigit(), int(c) if c.isdigit() else c))
-    ]
+    data: list[dict[str, Any]] = []
+    if per_device:
+        data += [
+            {
+                "MetricName": metric,
+                "Unit": "Percent",
+                "Value": util[core],
+                "Dimensions": [iid, {"Name": device_dimension, "Value": core}],
+            }
+            for core in sorted(util, key=lambda c: (not c.isdigit(), int(c) if c.isdigit() else c))
+        ]
     values = list(util.values())
     if values:
         data.append(
@@ -192,6 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--heartbeat-metric", required=True)
     ap.add_argument("--lnc", type=int, default=None)
     ap.add_argument(
+        "--per-device",
+        action="store_true",
+        help="also publish each NeuronCore's own series (for explain; one custom metric each)",
+    )
+    ap.add_argument(
         "--interval",
         type=float,
         default=0.0,
@@ -214,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                     metric=a.metric,
                     device_dimension=a.device_dimension,
                     heartbeat_metric=a.heartbeat_metric,
+                    per_device=a.per_device,
                 ),
             )
         pending, last = {}, time.monotonic()

@@ -78,35 +78,57 @@ PUBLISHER_HEARTBEATS: dict[AcceleratorKind, HeartbeatMetric] = {
 NEURON_LNC_TAG = "coreburst:neuron-lnc"
 
 
-# The nvidia_gpu measurements the agent collects; each is published per GPU (InstanceId +
-# index) and as the per-instance rollup (InstanceId), never a third time with every dimension
-# the plugin adds (drop_original_metrics).
-NVIDIA_MEASUREMENTS = ("utilization_gpu", "memory_used", "power_draw", "temperature_gpu")
+# The nvidia_gpu measurements the agent collects: only what the guardrails read (GPU
+# utilization, ``UTILIZATION_METRICS["nvidia"]``). Every measurement listed is one more custom
+# metric per node (and 8 more per p5 with per-device series), billed per metric-month
+# (coreburst/common/cloudwatch_cost.py), so nothing is collected that nothing reads.
+NVIDIA_MEASUREMENTS = ("utilization_gpu",)
+# The agent names each nvidia_gpu measurement nvidia_smi_<measurement> (its translator maps the
+# section to the nvidia_smi input and decorates names with that prefix).
+NVIDIA_METRIC_PREFIX = "nvidia_smi_"
+
+# The agent's force_flush_interval (metrics section): it sends what it buffered once per this
+# many seconds, one PutMetricData request (up to 1,000 datums) per flush, so each node makes
+# 86,400 / AGENT_FLUSH_INTERVAL_S requests a day. Longer saves requests but delays the newest
+# datapoint by as much, and the idle rule counts that delay against ``idle.max_gap`` (5 min by
+# default): a node whose data arrives late reads as blind, never idle.
+AGENT_FLUSH_INTERVAL_S = 60
+# PutMetricData: at most 1,000 metric datums per request (the agent's max_datums_per_call; the
+# CloudWatch API Reference's limit; coreburst/common/neuron_report.py's MAX_METRICS_PER_PUT).
+PUT_MAX_DATUMS = 1000
 
 
-def cloudwatch_agent_config(metrics_interval_s: int = PUBLISH_INTERVAL_S) -> str:
-    """CloudWatch agent JSON (CloudWatch agent configuration file reference, "Manually create or
-    edit the CloudWatch agent configuration file", metrics section) that publishes GPU
-    utilization under exactly two dimension sets:
+def cloudwatch_agent_config(
+    metrics_interval_s: int = PUBLISH_INTERVAL_S,
+    *,
+    per_device: bool = False,
+    flush_interval_s: int = AGENT_FLUSH_INTERVAL_S,
+) -> str:
+    """CloudWatch agent JSON ("Manually create or edit the CloudWatch agent configuration
+    file", metrics section) that publishes GPU utilization under exactly the dimension sets the
+    guardrails read:
 
-    - ``aggregation_dimensions`` [InstanceId, index]: one series per GPU, for ``explain``;
     - ``aggregation_dimensions`` [InstanceId]: the per-instance rollup the idle decision reads
-      (``UtilizationMetric.rollup_dimension_names``);
+      (``UtilizationMetric.rollup_dimension_names``), always;
+    - [InstanceId, index]: one series per GPU, only with ``per_device`` (the stack's
+      ``perDeviceMetrics``), for ``coreburst guardrails explain``'s per-GPU rows;
 
     and ``drop_original_metrics`` so the agent does not also publish each GPU's value with
     every dimension the plugin adds (host, name, arch...), a duplicate billed per metric-month.
     ``append_dimensions`` InstanceId (``${aws:InstanceId}``) is what both sets roll up to.
+    ``force_flush_interval``: see ``AGENT_FLUSH_INTERVAL_S``.
     """
     metric = UTILIZATION_METRICS["nvidia"]
+    dims = [list(metric.rollup_dimension_names)]
+    if per_device:
+        dims.append(list(metric.dimension_names))
     config = {
         "agent": {"metrics_collection_interval": metrics_interval_s},
         "metrics": {
             "namespace": metric.namespace,
+            "force_flush_interval": flush_interval_s,
             "append_dimensions": {"InstanceId": "${aws:InstanceId}"},
-            "aggregation_dimensions": [
-                list(metric.dimension_names),
-                list(metric.rollup_dimension_names),
-            ],
+            "aggregation_dimensions": dims,
             "metrics_collected": {
                 "nvidia_gpu": {
                     "measurement": list(NVIDIA_MEASUREMENTS),
@@ -117,3 +139,61 @@ def cloudwatch_agent_config(metrics_interval_s: int = PUBLISH_INTERVAL_S) -> str
         },
     }
     return json.dumps(config, indent=2)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One CloudWatch series a node publishes: namespace, metric name and the *names* of its
+    dimensions (the values are the node's instance id and device ordinals)."""
+
+    namespace: str
+    metric_name: str
+    dimension_names: tuple[str, ...]
+
+
+def agent_config_series(config_json: str) -> list[Series]:
+    """The series a CloudWatch agent config publishes for the nvidia_gpu section, read from the
+    config itself the way the agent's translator reads it (amazon-cloudwatch-agent,
+    translator/translate/metrics/metrics_collect/gpu/nvidiaSmi.go and
+    translator/translate/otel/common/metrics.go GetDropOriginalMetrics): each measurement is
+    published as nvidia_smi_<measurement> under every ``aggregation_dimensions`` set (only those
+    whose dimensions the metric carries: the appended ones plus the plugin's ``index``), and
+    under its full original dimension set unless ``drop_original_metrics`` names it.
+
+    >>> [s.dimension_names for s in agent_config_series(cloudwatch_agent_config())]
+    [('InstanceId',)]
+    """
+    cfg = json.loads(config_json)
+    metrics = cfg["metrics"]
+    namespace = metrics.get("namespace", "CWAgent")
+    section = metrics["metrics_collected"]["nvidia_gpu"]
+    carried = {
+        *metrics.get("append_dimensions", {}),
+        UTILIZATION_METRICS["nvidia"].device_dimension,
+    }
+    dropped = {
+        d if d.startswith(NVIDIA_METRIC_PREFIX) else NVIDIA_METRIC_PREFIX + d
+        for d in section.get("drop_original_metrics", [])
+    }
+    out: list[Series] = []
+    for m in section["measurement"]:
+        name = m if m.startswith(NVIDIA_METRIC_PREFIX) else NVIDIA_METRIC_PREFIX + m
+        if name not in dropped:
+            # the plugin's own tags (host, index, name, uuid, ...) plus the appended ones
+            out.append(Series(namespace, name, ("<every dimension the plugin adds>",)))
+        for dims in metrics.get("aggregation_dimensions", []):
+            if set(dims) <= carried:
+                out.append(Series(namespace, name, tuple(dims)))
+    return out
+
+
+def neuron_publisher_series(per_device: bool = False) -> list[Series]:
+    """The series the Neuron publisher (coreburst/common/neuron_report.py) sends for one node:
+    the utilization rollup and the heartbeat (InstanceId), plus one utilization series per
+    logical NeuronCore with ``per_device``."""
+    m, hb = UTILIZATION_METRICS["neuron"], PUBLISHER_HEARTBEATS["neuron"]
+    out = [Series(m.namespace, m.metric_name, m.rollup_dimension_names)]
+    if per_device:
+        out.append(Series(m.namespace, m.metric_name, m.dimension_names))
+    out.append(Series(hb.namespace, hb.metric_name, hb.dimension_names))
+    return out

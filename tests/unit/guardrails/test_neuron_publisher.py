@@ -139,7 +139,7 @@ def test_the_publisher_script_runs_and_calls_put_metric_data(tmp_path: Path) -> 
     )
     script = tmp_path / "coreburst-neuron-publisher.py"
     script.write_text(neuron_publisher_source())
-    cmd = neuron_publisher_command(2).split()[2:]
+    cmd = neuron_publisher_command(2, per_device=True).split()[2:]  # each core's series too
     env = {**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"}
     r = subprocess.run(
         [sys.executable, str(script), *cmd],

@@ -225,15 +225,19 @@ def test_agent_config_publishes_per_gpu_and_rollup_and_drops_the_originals() -> 
     """CloudWatch agent configuration file reference ("Manually create or edit the CloudWatch
     agent configuration file", metrics section): ``aggregation_dimensions`` lists the
     dimension sets to roll metrics up to; ``drop_original_metrics`` (per plugin section) stops
-    the agent also sending the original metric with all its dimensions."""
-    cfg = json.loads(cloudwatch_agent_config())
+    the agent also sending the original metric with all its dimensions. The per-GPU set only
+    with ``per_device`` (tests/unit/guardrails/test_published_vs_queried.py)."""
+    assert json.loads(cloudwatch_agent_config())["metrics"]["aggregation_dimensions"] == [
+        list(GPU.rollup_dimension_names)
+    ]
+    cfg = json.loads(cloudwatch_agent_config(per_device=True))
     m = cfg["metrics"]
     assert m["append_dimensions"] == {"InstanceId": "${aws:InstanceId}"}
     assert m["aggregation_dimensions"] == [
-        list(GPU.dimension_names),
         list(GPU.rollup_dimension_names),
+        list(GPU.dimension_names),
     ]
-    assert m["aggregation_dimensions"][1] == ["InstanceId"]
+    assert m["aggregation_dimensions"][0] == ["InstanceId"]
     gpu = m["metrics_collected"]["nvidia_gpu"]
     assert gpu["drop_original_metrics"] == gpu["measurement"]
     # the daemon reads nvidia_smi_<measurement>: the utilization one is among those rolled up
