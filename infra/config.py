@@ -212,10 +212,6 @@ class Cluster(_Model):
     # (for `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by
     # default only the per-instance rollup the guardrails decide from (coreburst plan prices it).
     per_device_metrics: bool = False
-    # perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series
-    # (for `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by
-    # default only the per-instance rollup the guardrails decide from (coreburst plan prices it).
-    per_device_metrics: bool = False
 
     @model_validator(mode="after")
     def _placement(self) -> Cluster:

@@ -196,7 +196,6 @@ class GpuCluster(pulumi.ComponentResource):
                     lustre_efa=lustre_efa,
                     slurm_join=_slurm_join(join, v[2], v[3], gres_line) if join else None,
                     per_device_metrics=c.per_device_metrics,
-                    per_device_metrics=c.per_device_metrics,
                 ).encode()
             ).decode()
         )
