@@ -14,7 +14,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 ## Debian packages the tests use for real (root; no-op when present). See .ci/run.
-SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip slurmctld slurmd slurm-client munge prometheus
+SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip slurmctld slurmd slurm-client munge prometheus \
+	slurmdbd mariadb-server
 system-deps:
 	@missing=$$(for p in $(SYSTEM_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 		| grep -q '^install ok installed' || echo $$p; done); \

@@ -5,6 +5,7 @@ $ coreburst tco --scenario coreburst/tco/examples/team8_85pct.yaml --plot tco.pn
 $ coreburst guardrails once --config guardrails.yaml
 $ coreburst onprem validate --inventory fleet.yaml
 $ coreburst core report --config guardrails.yaml --since 7d --plot core.png
+$ coreburst cost report --since 30d --scenario coreburst/tco/examples/team8_85pct.yaml
 $ coreburst prices import AmazonEC2-us-east-1.json --region us-east-1
 
 ``coreburst guardrails --help`` imports the guardrails CLI and nothing of Pulumi, Ansible or
@@ -46,6 +47,11 @@ PRODUCTS: dict[str, tuple[str, str, str]] = {
         "coreburst.core",
         "app",
         "On-prem core GPUs: allocated versus measured GPU-hours per team, and their price.",
+    ),
+    "cost": (
+        "coreburst.cost.report",
+        "app",
+        "GPU cost per team, user or job across core and burst, from Slurm accounting.",
     ),
     "prices": (
         "coreburst.common.prices_import",

@@ -186,8 +186,11 @@ class SlurmLab:
         suspend_time: int = 4,
         resume_timeout: int = 40,
         suspend_timeout: int = 4,
+        accounting: Any = None,
     ) -> None:
         self.lab = lab
+        # coreburst.sandbox.slurmdb.SlurmDB: accounting through its slurmdbd (default: none).
+        self.accounting = accounting
         self.aws_env = aws_env
         self.timers = dict(
             suspend_time=suspend_time,
@@ -254,15 +257,18 @@ class SlurmLab:
         (self.lab / "Pulumi.lab.yaml").write_text(
             STACK_YAML.format(lab=self.lab, burst_port_base=ports[4], **self.timers)
         )
-        self.conf.write_text(
-            BASE_CONF.format(
-                lab=self.lab,
-                ctld_port=ports[0],
-                slurmd_port=ports[1],
-                core1_port=ports[2],
-                core2_port=ports[3],
-            )
+        conf = BASE_CONF.format(
+            lab=self.lab,
+            ctld_port=ports[0],
+            slurmd_port=ports[1],
+            core1_port=ports[2],
+            core2_port=ports[3],
         )
+        if self.accounting is not None:
+            off = "JobAcctGatherType=jobacct_gather/none\n"
+            off += "AccountingStorageType=accounting_storage/none\n"
+            conf = conf.replace(off, self.accounting.slurm_conf(self.lab / "munge"))
+        self.conf.write_text(conf)
         env_file = self.lab / "etc" / "burst.env"
         env_lines = {
             **self.aws_env,
@@ -312,6 +318,8 @@ class SlurmLab:
             lambda: self.run("munge", "-S", str(sock), "-n", check=False).returncode == 0,
             10,
         )
+        if self.accounting is not None:  # slurmdbd needs munged; slurmctld registers with it
+            self.accounting.start_dbd(self)
         self.run("slurmctld", "-f", str(self.conf), "-i")
         self.started.append("slurmctld")
         wait_until(
@@ -388,6 +396,8 @@ class SlurmLab:
         for pidfile in sorted((self.lab / "run").glob("slurmd-*.pid")):
             self._stop_pidfile(pidfile)
         self._stop_pidfile(self.lab / "run" / "slurmctld.pid")
+        if self.accounting is not None:
+            self.accounting.stop_dbd()
         self._stop_pidfile(self.lab / "munge" / "munged.pid")
         # slurmstepd ignores SIGTERM; with its daemons gone nothing is left to end it cleanly.
         steps = self.job_steps()
@@ -695,12 +705,18 @@ class BurstLab:
 
 
 def start_burst_lab(
-    lab_dir: Path, *, boot_delay: float = 2.5, capacity_proxy: bool = True, **timers: int
+    lab_dir: Path,
+    *,
+    boot_delay: float = 2.5,
+    capacity_proxy: bool = True,
+    accounting: Any = None,
+    **timers: int,
 ) -> BurstLab:
     """Start moto, munged, slurmctld, the core slurmds and the boot watcher. On any failure
     whatever was started is stopped again before the error propagates. ``timers``:
     suspend_time, resume_timeout, suspend_timeout (seconds). ``capacity_proxy``: the power
-    programs reach moto through a :class:`CapacityProxy` (``lab.proxy``)."""
+    programs reach moto through a :class:`CapacityProxy` (``lab.proxy``). ``accounting``: a
+    started ``coreburst.sandbox.slurmdb.SlurmDB`` whose slurmdbd keeps the jobs."""
     moto = MotoProcess().start()
     proxy = CapacityProxy(moto.url).start() if capacity_proxy else None
     aws_env = {
@@ -709,7 +725,7 @@ def start_burst_lab(
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
     }
-    slurm = SlurmLab(lab_dir, aws_env, **timers)
+    slurm = SlurmLab(lab_dir, aws_env, accounting=accounting, **timers)
     ec2 = fake_session().client("ec2", endpoint_url=moto.url)
     watcher = BootWatcher(slurm, ec2, boot_delay=boot_delay)
     lab = BurstLab(slurm, ec2, moto, watcher, proxy=proxy)

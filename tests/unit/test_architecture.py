@@ -27,7 +27,7 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 LAYERS = [
     "coreburst.__main__",
     "coreburst.cli",
-    "coreburst.core | coreburst.plan",
+    "coreburst.core | coreburst.plan | coreburst.cost",
     "coreburst.sandbox",
     "coreburst.burst",
     "infra",
@@ -97,7 +97,7 @@ def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
         "coreburst/sandbox/__init__.py", "coreburst/burst/__init__.py", "infra/__init__.py",
         "guardrails/__init__.py", "policies/__init__.py", "coreburst/onprem/__init__.py",
         "coreburst/tco/__init__.py", "coreburst/common/__init__.py", "coreburst/__init__.py",
-        "guardrails/rules/__init__.py", "guardrails/rules/base.py",
+        "guardrails/rules/__init__.py", "guardrails/rules/base.py", "coreburst/cost/__init__.py",
     ]  # fmt: skip
     for rule in ("budget_relay", "burst_reconcile", "core_idle", "egress_spike"):
         mods.append(f"guardrails/rules/{rule}.py")

@@ -1,0 +1,278 @@
+"""Dollars per job, user, account, partition or team, from Slurm's job records (pure).
+
+Core GPU-hours are priced at one owned $/GPU-hour (the TCO model's amortised price of an
+allocated GPU-hour). A burst node is billed by EC2 for every second its instance lives, busy
+or not; each job on it pays its share, ``GPU-seconds on the node x instance $/h / (GPUs of
+the instance x 3600)`` (nodes shared by several jobs split by time x GPUs), and what no job
+used is *idle*: ``instance-seconds x GPUs - job GPU-seconds``, at the same rate, on its own
+row. So the burst column adds up to instance-hours x the catalog's price. Instance lifetimes
+come from the burst audit log (:func:`instance_lifetimes`); a node with jobs but no recorded
+lifetime has its jobs priced and no idle figure (missing data is never idle).
+
+Money is exact: GPU-seconds are integers, prices :class:`~decimal.Decimal`, sums
+:class:`~fractions.Fraction`; each core cell is its own GPU-hours x rate rounded to the cent
+(half even); the burst column's total is rounded once and shared out to the rows by largest
+remainder, so every column's rows add up to its total to the cent and the burst total is
+within half a cent of instance-hours x price. A price the catalog lacks makes GPU-hours
+*unpriced*, never $0.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from coreburst.burst.hostlist import HostlistError, expand
+from coreburst.cost.accounting import AccountingError, JobRecord
+
+# Audit events (coreburst/burst/power.py) that start and end a node's instance.
+LAUNCH_EVENTS = ("resume.launched",)
+END_EVENTS = ("suspend", "resume-fail", "resume.cancelled")
+IDLE_ROW = "(idle burst instances)"
+BY_CHOICES = ("team", "account", "user", "job", "partition")
+
+
+@dataclass(frozen=True)
+class BurstNode:
+    """A burst node's instance: its GPUs and price (None: the catalog has no figure)."""
+
+    cluster: str
+    instance_type: str
+    market: str
+    gpus: int
+    usd_per_hour: Decimal | None
+    source: str
+
+
+def instance_lifetimes(
+    text: str, since: int, until: int, origin: str = "burst audit log"
+) -> dict[str, list[tuple[int, int]]]:
+    """Per node, the spans its instance ran inside [since, until), from the resume program's
+    JSON-lines audit log: ``resume.launched`` opens a node's span, ``suspend``,
+    ``resume-fail`` and ``resume.cancelled`` close it. A span still open at the end runs
+    to ``until`` (the instance is still billed); a launch for a node whose span is open
+    keeps the earlier start (an end the log missed is not assumed).
+
+    >>> log = '{"ts": 100, "event": "resume.launched", "nodes": "od-[1-2]"}\\n' \\
+    ...       '{"ts": 160.5, "event": "suspend", "nodes": "od-1", "instances": ["i-1"]}\\n'
+    >>> instance_lifetimes(log, 0, 200)
+    {'od-1': [(100, 160)], 'od-2': [(100, 200)]}
+    """
+    open_at: dict[str, int] = {}
+    spans: dict[str, list[tuple[int, int]]] = {}
+
+    def close(node: str, at: int) -> None:
+        start = open_at.pop(node)
+        lo, hi = max(start, since), min(at, until)
+        if hi > lo:
+            spans.setdefault(node, []).append((lo, hi))
+
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            event, ts = rec["event"], int(rec["ts"])
+            nodes = expand(rec["nodes"]) if event in LAUNCH_EVENTS + END_EVENTS else []
+        except (ValueError, KeyError, TypeError, HostlistError):
+            raise AccountingError(
+                f"{origin} line {n}: not an audit record with ts, event and nodes"
+            ) from None
+        for node in nodes:
+            if event in LAUNCH_EVENTS:
+                open_at.setdefault(node, ts)
+            elif node in open_at:
+                close(node, ts)
+    for node in list(open_at):
+        close(node, until)
+    return spans
+
+
+def _cents(x: Fraction) -> int:
+    """Whole cents, half to even (``round`` of a Fraction is exact)."""
+    return round(x * 100)
+
+
+def apportion(total_cents: int, parts: list[Fraction]) -> list[int]:
+    """Share ``total_cents`` over ``parts`` (exact dollars) by largest remainder: each part
+    gets its floor in cents, the cents left go to the largest remainders (ties: first).
+
+    >>> apportion(100, [Fraction(1, 3)] * 3)
+    [34, 33, 33]
+    """
+    floors = [int(p * 100 // 1) for p in parts]
+    left = total_cents - sum(floors)
+    order = sorted(range(len(parts)), key=lambda i: (-(parts[i] * 100 - floors[i]), i))
+    for i in order[: max(0, left)]:
+        floors[i] += 1
+    return floors
+
+
+@dataclass
+class Row:
+    """One group's figures. GPU-seconds are exact (Fraction for a multi-node share)."""
+
+    group: str
+    jobs: set[str] = field(default_factory=set)
+    core_gpu_s: Fraction = Fraction(0)
+    burst_gpu_s: Fraction = Fraction(0)
+    burst_usd: Fraction = Fraction(0)  # exact, before the column is rounded
+    unpriced_gpu_s: Fraction = Fraction(0)
+    core_cents: int | None = None
+    burst_cents: int = 0
+
+    @property
+    def total_cents(self) -> int | None:
+        return None if self.core_cents is None else self.core_cents + self.burst_cents
+
+
+@dataclass
+class Ledger:
+    rows: list[Row]
+    idle: Row
+    idle_by_node: dict[str, dict[str, Any]]
+    notes: list[str]
+    core_rate: Decimal | None
+    instance_gpu_s: dict[str, int]  # per burst node: instance-seconds x GPUs in the window
+
+    @property
+    def all_rows(self) -> list[Row]:
+        return [*self.rows, self.idle]
+
+    def total(self, attr: str) -> Any:
+        vals = [getattr(r, attr) for r in self.all_rows]
+        if any(v is None for v in vals):
+            return None
+        return sum(vals, start=Fraction(0) if isinstance(vals[0], Fraction) else 0)
+
+
+def group_of(job: JobRecord, by: str, teams: dict[str, str]) -> str:
+    account = job.account or "(no account)"
+    if by == "team":
+        return teams.get(job.account, account)
+    if by == "account":
+        return account
+    if by == "user":
+        return job.user or "(no user)"
+    if by == "partition":
+        return job.partition or "(no partition)"
+    return job.job_id
+
+
+def build_ledger(
+    jobs: Iterable[JobRecord],
+    *,
+    since: int,
+    until: int,
+    now: int,
+    by: str,
+    core_rate: Decimal | None,
+    burst_nodes: dict[str, BurstNode],
+    lifetimes: dict[str, list[tuple[int, int]]] | None,
+    teams: dict[str, str] | None = None,
+) -> Ledger:
+    """Rows of GPU-hours and dollars per group, the idle burst row, and notes (pure).
+    ``lifetimes`` None: no audit log (idle burst instance-hours unknown)."""
+    teams = teams or {}
+    rows: dict[str, Row] = {}
+    used_on: dict[str, Fraction] = {}  # burst node -> job GPU-seconds on it
+    notes: list[str] = []
+    unknown_gpus = []
+    for job in jobs:
+        secs = job.seconds(since, until, now)
+        if secs <= 0 or not job.nodes:
+            continue
+        row = rows.setdefault(group_of(job, by, teams), Row(group_of(job, by, teams)))
+        row.jobs.add(job.job_id)
+        if job.gpus == 0:
+            unknown_gpus.append(job.job_id)
+        per_node = job.gpus_per_node * secs
+        for node in job.nodes:
+            b = burst_nodes.get(node)
+            if b is None:
+                row.core_gpu_s += per_node
+                continue
+            used_on[node] = used_on.get(node, Fraction(0)) + per_node
+            if b.usd_per_hour is None:
+                row.unpriced_gpu_s += per_node
+                continue
+            row.burst_gpu_s += per_node
+            row.burst_usd += per_node * Fraction(b.usd_per_hour) / (b.gpus * 3600)
+    if unknown_gpus:
+        notes.append(
+            f"{len(unknown_gpus)} job run(s) have no gres/gpu in their TRES (counted as 0 "
+            "GPUs): set AccountingStorageTRES=gres/gpu in slurm.conf"
+        )
+    idle = Row(IDLE_ROW)
+    idle_by_node: dict[str, dict[str, Any]] = {}
+    instance_gpu_s: dict[str, int] = {}
+    if lifetimes is None:
+        if used_on:
+            notes.append(
+                "no burst audit log: idle burst instance-hours are unknown (not zero); burst "
+                "jobs are priced from their GPU-hours"
+            )
+    else:
+        short = []
+        for node in sorted(set(lifetimes) | set(used_on)):
+            b = burst_nodes.get(node)
+            if b is None:
+                continue  # a node no longer in the stack: its price is unknown
+            have = sum(hi - lo for lo, hi in lifetimes.get(node, [])) * b.gpus
+            instance_gpu_s[node] = have
+            used = used_on.get(node, Fraction(0))
+            if used > have:
+                short.append(node)
+                continue
+            spare = have - used
+            if spare == 0:
+                continue
+            idle.jobs.add(node)
+            if b.usd_per_hour is None:
+                idle.unpriced_gpu_s += spare
+            else:
+                idle.burst_gpu_s += spare
+                idle.burst_usd += spare * Fraction(b.usd_per_hour) / (b.gpus * 3600)
+            idle_by_node[node] = {
+                "cluster": b.cluster,
+                "instance_type": b.instance_type,
+                "instance_hours": round(have / b.gpus / 3600, 4),
+                "idle_gpu_h": round(float(spare) / 3600, 4),
+            }
+        if short:
+            notes.append(
+                f"jobs on {', '.join(short)} ran longer than the audit log's instance "
+                "lifetimes there: no idle figure for those nodes (the log is incomplete)"
+            )
+    ordered = sorted(rows.values(), key=lambda r: (-(r.core_gpu_s + r.burst_gpu_s), r.group))
+    for r in ordered:
+        r.core_cents = (
+            None if core_rate is None else _cents(r.core_gpu_s * Fraction(core_rate) / 3600)
+        )
+    everyone = [*ordered, idle]
+    exact = sum((r.burst_usd for r in everyone), start=Fraction(0))
+    for r, c in zip(
+        everyone, apportion(_cents(exact), [r.burst_usd for r in everyone]), strict=True
+    ):
+        r.burst_cents = c
+    idle.core_cents = None if core_rate is None else 0
+    return Ledger(ordered, idle, idle_by_node, notes, core_rate, instance_gpu_s)
+
+
+def burst_nodes_of(
+    node_sets: Iterable[Any], price: Callable[[str, str], tuple[Decimal | None, str]]
+) -> dict[str, BurstNode]:
+    """``node -> BurstNode`` from the stack's node sets (coreburst.burst.slurmconf.NodeSet);
+    ``price(instance_type, market)`` gives ($/h or None, source)."""
+    out = {}
+    for ns in node_sets:
+        rate, src = price(ns.instance_type, ns.market)
+        if ns.gpus <= 0:  # trn2: Neuron devices, not gres/gpu; no $/GPU-hour to share out
+            rate, src = None, f"{ns.instance_type} has no GPUs in Slurm"
+        for n in ns.names:
+            out[n] = BurstNode(ns.cluster, ns.instance_type, ns.market, ns.gpus, rate, src)
+    return out

@@ -1,0 +1,85 @@
+"""PNG of ``coreburst cost report --plot``: dollars per row, split into owned core GPUs, burst
+GPUs on AWS and (its own bar) burst instances no job used, with each bar's total written
+beside it; the window, the owned price and what is unpriced in the footnote. matplotlib's
+Agg backend, for headless hosts.
+
+    >>> render_cost(doc, Path("cost.png"))   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+from matplotlib.ticker import FuncFormatter
+
+ROWS_MAX = 20  # the costliest rows; the rest are summed into one bar
+PARTS = (("core_usd", "core (owned GPUs)", "tab:blue"), ("burst_usd", "burst (AWS)", "tab:orange"))
+
+
+def _dollars(x: float, _pos: Any = None) -> str:
+    if abs(x) >= 1e6:
+        return f"${x / 1e6:,.1f}M"
+    if abs(x) >= 1e4:
+        return f"${x / 1e3:,.0f}k"
+    return f"${x:,.0f}" if abs(x) >= 10 else f"${x:,.2f}"
+
+
+def render_cost(doc: Mapping[str, Any], path: Path) -> None:
+    rows = sorted(doc["rows"], key=lambda r: -((r["core_usd"] or 0) + (r["burst_usd"] or 0)))
+    if len(rows) > ROWS_MAX:
+        rest = rows[ROWS_MAX - 1 :]
+        rows = [
+            *rows[: ROWS_MAX - 1],
+            {
+                "group": f"{len(rest)} others",
+                **{k: sum(r[k] or 0 for r in rest) for k, _, _ in PARTS},
+                "total_usd": sum(r["total_usd"] or 0 for r in rest),
+                "unpriced_gpu_h": sum(r["unpriced_gpu_h"] for r in rest),
+            },
+        ]
+    idle = {**doc["idle"], "group": "idle burst instances"}
+    rows = [idle, *rows[::-1]]  # bottom to top: the waste first, the costliest team on top
+    labels = [str(r["group"]) for r in rows]
+    fig, ax = plt.subplots(figsize=(11, max(3.0, 0.45 * len(rows) + 2)), dpi=100)
+    left = [0.0] * len(rows)
+    for key, name, colour in PARTS:
+        vals = [0.0 if r is idle else float(r.get(key) or 0) for r in rows]
+        ax.barh(labels, vals, left=left, color=colour, label=name)
+        left = [a + b for a, b in zip(left, vals, strict=True)]
+    waste = [float(idle.get("burst_usd") or 0) if r is idle else 0.0 for r in rows]
+    ax.barh(labels, waste, left=left, color="tab:red", label="burst instances no job used")
+    left = [a + b for a, b in zip(left, waste, strict=True)]
+    for y, (r, x) in enumerate(zip(rows, left, strict=True)):
+        text = _dollars(x) if r.get("total_usd") is not None or x else "unpriced"
+        if r.get("core_usd") is None and r.get("core_gpu_h"):
+            text += " + core unpriced"
+        if r.get("unpriced_gpu_h"):
+            text += f" + {r['unpriced_gpu_h']:,.1f} GPU-h unpriced"
+        ax.text(x, y, "  " + text, va="center", fontsize=9)
+    ax.xaxis.set_major_formatter(FuncFormatter(_dollars))
+    ax.set_xlabel("US dollars")
+    ax.set_xlim(0, max([*left, 1.0]) * 1.3)
+    total = doc["total"]["total_usd"]
+    ax.set_title(
+        f"GPU cost by {doc['by']}, {doc['since'][:10]} to {doc['until'][:10]} (UTC): "
+        + (f"total {_dollars(total)}" if total is not None else "total unpriced")
+    )
+    ax.legend(loc="lower right")
+    rate = doc["owned_usd_per_gpu_hour"]
+    foot = (
+        f"Core: ${float(rate):,.2f} per allocated GPU-hour ({doc['owned_price_source']}). "
+        if rate
+        else "Core: unpriced (no owned $/GPU-hour given). "
+    ) + "Burst: EC2 instance price from the catalog; idle = instance-hours no job used."
+    fig.text(0.01, 0.01, foot, fontsize=8)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    try:
+        fig.savefig(path)
+    finally:
+        plt.close(fig)

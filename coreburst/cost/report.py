@@ -1,0 +1,420 @@
+"""``coreburst cost report``: one dollar figure for every GPU-hour, core and burst together.
+
+$ coreburst cost report --since 30d --scenario coreburst/tco/examples/team8_85pct.yaml
+$ coreburst cost report --since 2026-11-01 --until 2026-12-01 --by user --format csv
+$ coreburst cost report --since 7d --teams teams.yaml --plot cost.png --stack burst
+
+**Jobs** come from Slurm's accounting database (``sacct``, :mod:`coreburst.cost.accounting`),
+not from what the guardrails daemon saw: jobs that ran while it was down are counted. Each
+run's GPU-hours are its allocated ``gres/gpu`` x elapsed, clipped to the window.
+
+**Core** GPU-hours (every node that is not a burst node of ``--stack``) are priced at one
+owned $/GPU-hour: ``--gpu-hour-usd``, else the TCO model's amortised price of the owned node
+of ``--scenario`` (``coreburst.tco.model.scenario_gpu_hour_price``); with neither they are
+shown *unpriced*. **Burst** GPU-hours are priced from the catalog (the node's instance type
+and capacity model; instance price only, not its EBS volume), and the instance-hours no job
+used are the *idle* row, from the resume program's audit log (``auditLog`` of the stack, or
+``--audit-log``). The report does not read instance tags; the resume program's
+``coreburst-job`` / ``coreburst-user`` / ``coreburst-account`` tags are for joining AWS Cost
+Explorer or the CUR with these rows.
+
+**Teams** are Slurm accounts, or what ``--teams FILE`` (YAML ``account: team``) maps them to.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from fractions import Fraction
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+
+from coreburst.cost.accounting import AccountingError, JobRecord, parse_sacct_json, read_jobs
+from coreburst.cost.ledger import (
+    BurstNode,
+    Ledger,
+    Row,
+    build_ledger,
+    burst_nodes_of,
+    instance_lifetimes,
+)
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="GPU cost per team, account, user, job or partition, core and burst, from sacct.",
+)
+
+
+@app.callback()
+def _cost() -> None:
+    """GPU cost from Slurm's accounting: core at the owned price, burst at the catalog's."""
+
+
+class Format(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+class By(StrEnum):
+    team = "team"
+    account = "account"
+    user = "user"
+    job = "job"
+    partition_ = "partition"  # (``partition`` is a str method)
+
+
+def _fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+_DURATION = re.compile(r"(\d+)([smhdw])")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_when(value: str, now: int, option: str) -> int:
+    """Epoch seconds for ``30d`` (that long before now), ``2026-11-01`` or
+    ``2026-11-01T12:00`` (UTC unless an offset is given).
+
+    >>> parse_when("2d", 200000, "--since"), parse_when("1970-01-02", 0, "--since")
+    (27200, 86400)
+    """
+    text = value.strip()
+    m = _DURATION.fullmatch(text)
+    if m:
+        return now - int(m.group(1)) * _UNIT_S[m.group(2)]
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise _fail(
+            f"{option} {value!r}: give a duration such as 30d, 12h, 2w or a UTC date such as "
+            "2026-11-01 or 2026-11-01T12:00"
+        ) from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return int(dt.timestamp())
+
+
+def _teams(path: Path | None) -> dict[str, str]:
+    if path is None:
+        return {}
+    from coreburst.common.textio import TextFileError, read_text
+
+    try:
+        doc = yaml.safe_load(read_text(path, "--teams file"))
+    except TextFileError as exc:
+        raise _fail(str(exc)) from None
+    except yaml.YAMLError:
+        raise _fail(f"--teams {path}: not valid YAML; give a mapping of account: team") from None
+    if not isinstance(doc, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.strip() for k, v in doc.items()
+    ):
+        raise _fail(
+            f"--teams {path}: give a mapping of Slurm account to team name, e.g. 'ml-a: vision'"
+        )
+    return {k: v.strip() for k, v in doc.items()}
+
+
+def owned_rate(gpu_hour_usd: str | None, scenario: Path | None) -> tuple[Decimal | None, str]:
+    """The owned $/GPU-hour and where it came from."""
+    if gpu_hour_usd is not None:
+        try:
+            rate = Decimal(gpu_hour_usd)
+        except InvalidOperation:
+            raise _fail(f"--gpu-hour-usd {gpu_hour_usd!r}: give a number such as 2.35") from None
+        if not rate.is_finite() or not 0 <= rate < 1_000_000:
+            raise _fail("--gpu-hour-usd: give a price from 0 to 1,000,000 $ per GPU-hour")
+        return rate, "--gpu-hour-usd"
+    if scenario is None:
+        return None, "none (give --scenario or --gpu-hour-usd to price core GPU-hours)"
+    from coreburst.common.textio import read_text
+    from coreburst.tco.cli import build_scenario
+    from coreburst.tco.model import TcoError, scenario_gpu_hour_price
+
+    try:
+        data = yaml.safe_load(read_text(scenario, "scenario", TcoError)) or {}
+        if not isinstance(data, dict):
+            raise TcoError(f"{scenario}: a scenario is a mapping of keys (name, gpus, ...)")
+        price = scenario_gpu_hour_price(build_scenario(data, {}))
+    except yaml.YAMLError:
+        raise _fail(f"--scenario {scenario}: not valid YAML") from None
+    except TcoError as exc:
+        msg = str(exc)
+        raise _fail(
+            f"--scenario: {msg}" if str(scenario) in msg else f"--scenario {scenario}: {msg}"
+        ) from None
+    # The model's float, to the precision it carries; the JSON states the rate used.
+    return Decimal(repr(price)), f"TCO scenario {scenario}"
+
+
+@dataclass
+class BurstSide:
+    nodes: dict[str, BurstNode]
+    audit_log: Path
+    region: str
+
+
+def burst_side(stack: str, stack_dir: Path) -> BurstSide:
+    from coreburst.burst.config import load_burst_stack
+    from coreburst.burst.slurmconf import node_sets
+    from coreburst.common import pricing
+    from coreburst.common.catalog import CatalogError, load_catalog
+    from infra.config import StackConfigError
+
+    try:
+        s = load_burst_stack(stack, stack_dir)
+        cat = load_catalog()
+        sets = node_sets(s, cat)
+    except (StackConfigError, CatalogError) as exc:
+        raise _fail(f"--stack {stack}: {exc}") from None
+
+    def price(instance_type: str, market: str) -> tuple[Decimal | None, str]:
+        try:
+            rate, src = pricing.instance_rate(cat, instance_type, s.config.region, market)
+        except CatalogError as exc:
+            return None, str(exc)
+        return Decimal(repr(rate)), src
+
+    audit = s.settings.audit_log
+    if not audit.is_absolute():
+        audit = stack_dir / audit
+    return BurstSide(burst_nodes_of(sets, price), audit, s.config.region)
+
+
+def _lifetimes(path: Path, since: int, until: int) -> dict[str, list[tuple[int, int]]] | None:
+    from coreburst.common.textio import TextFileError, read_text
+
+    if not path.exists():
+        return None
+    try:
+        return instance_lifetimes(read_text(path, "burst audit log"), since, until, str(path))
+    except (TextFileError, AccountingError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _usd(cents: int | None) -> float | None:
+    return None if cents is None else cents / 100
+
+
+def _h(gpu_s: Fraction) -> float:
+    return round(float(gpu_s) / 3600, 3)
+
+
+def row_doc(r: Row) -> dict[str, Any]:
+    return {
+        "group": r.group,
+        "jobs": len(r.jobs),
+        "core_gpu_h": _h(r.core_gpu_s),
+        "core_usd": _usd(r.core_cents),
+        "burst_gpu_h": _h(r.burst_gpu_s),
+        "burst_usd": _usd(r.burst_cents),
+        "unpriced_gpu_h": _h(r.unpriced_gpu_s),
+        "total_usd": _usd(r.total_cents),
+    }
+
+
+def report_doc(
+    ledger: Ledger, *, by: str, since: int, until: int, source: str, price_source: str
+) -> dict[str, Any]:
+    iso = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
+    total = Row("total")
+    for r in ledger.all_rows:
+        total.jobs |= r.jobs if r is not ledger.idle else set()
+        total.core_gpu_s += r.core_gpu_s
+        total.burst_gpu_s += r.burst_gpu_s
+        total.unpriced_gpu_s += r.unpriced_gpu_s
+    total.core_cents = ledger.total("core_cents")
+    total.burst_cents = ledger.total("burst_cents")
+    return {
+        "since": iso(since),
+        "until": iso(until),
+        "by": by,
+        "jobs_source": source,
+        "owned_usd_per_gpu_hour": None if ledger.core_rate is None else str(ledger.core_rate),
+        "owned_price_source": price_source,
+        "burst_price_source": "catalog (coreburst/common/data/catalog.yaml), instance price",
+        "rows": [row_doc(r) for r in ledger.rows],
+        "idle": {**row_doc(ledger.idle), "nodes": ledger.idle_by_node},
+        "total": row_doc(total),
+        "notes": ledger.notes,
+    }
+
+
+def _money(v: float | None) -> str:
+    return "unpriced" if v is None else f"${v:,.2f}"
+
+
+def _csv(doc: dict[str, Any], by: str) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    keys = ["jobs", "core_gpu_h", "core_usd", "burst_gpu_h", "burst_usd", "unpriced_gpu_h"]
+    w.writerow([by, *keys, "total_usd"])
+    for r in [*doc["rows"], doc["idle"], doc["total"]]:
+        vals = [r[k] for k in keys]
+        # an unpriced cell is the word, never an empty cell a spreadsheet sums as 0
+        w.writerow(
+            [
+                r["group"],
+                *("unpriced" if v is None else v for v in vals),
+                "unpriced" if r["total_usd"] is None else r["total_usd"],
+            ]
+        )
+    return buf.getvalue()
+
+
+def _table(doc: dict[str, Any], by: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(soft_wrap=True)
+    if not console.is_terminal:  # a pipe or a file: no wrapping at 80 columns
+        console = Console(soft_wrap=True, width=200)
+    t = Table(title=f"GPU cost by {by}, {doc['since'][:19]} to {doc['until'][:19]} UTC")
+    for col in (by, "jobs", "core GPU-h", "core $", "burst GPU-h", "burst $", "total $"):
+        t.add_column(col, justify="left" if col == by else "right")
+    for r in [*doc["rows"], doc["idle"], doc["total"]]:
+        burst_h = f"{r['burst_gpu_h']:,.3f}"
+        if r["unpriced_gpu_h"]:
+            burst_h += f" (+{r['unpriced_gpu_h']:,.3f} unpriced)"
+        t.add_row(
+            r["group"],
+            str(r["jobs"])
+            if r is not doc["idle"]
+            else f"{r['jobs']} node{'' if r['jobs'] == 1 else 's'}",
+            f"{r['core_gpu_h']:,.3f}",
+            _money(r["core_usd"]),
+            burst_h,
+            _money(r["burst_usd"]),
+            _money(r["total_usd"]),
+            end_section=r is doc["idle"],
+        )
+    console.print(t)
+    rate = doc["owned_usd_per_gpu_hour"]
+    console.print(
+        f"core: ${Decimal(rate):,.4f}/GPU-h from {doc['owned_price_source']}"
+        if rate
+        else f"core: unpriced, {doc['owned_price_source']}"
+    )
+    console.print(f"burst: {doc['burst_price_source']}; jobs from {doc['jobs_source']}")
+    for note in doc["notes"]:
+        console.print(f"note: {note}")
+
+
+def _check_plot(path: Path) -> None:
+    if path.is_dir():
+        raise _fail(f"--plot {path}: is a directory; give a file name such as {path / 'cost.png'}")
+    if path.suffix.lower() != ".png":
+        raise _fail(f"--plot {path}: give a file name ending in .png (the chart is a PNG)")
+    if not path.parent.is_dir():
+        raise _fail(f"--plot {path}: no directory {path.parent}; create it first")
+
+
+@app.command()
+def report(  # noqa: PLR0917 (one parameter per CLI option)
+    since: Annotated[str, typer.Option(help="start: 30d, 12h, 2w ago, or a UTC date")] = "30d",
+    until: Annotated[
+        str | None, typer.Option(help="end: a UTC date or 1d (ago); default now")
+    ] = None,
+    by: Annotated[By, typer.Option(help="one row per team, account, user, job or partition")] = (
+        By.team
+    ),
+    fmt: Annotated[Format, typer.Option("--format", help="table, csv or json")] = Format.table,
+    plot: Annotated[Path | None, typer.Option(help="write a PNG chart here")] = None,
+    stack: Annotated[
+        str, typer.Option("--stack", "-s", help="burst stack: its nodes, prices, audit log")
+    ] = "burst",
+    stack_dir: Annotated[Path, typer.Option(help="directory holding Pulumi.<stack>.yaml")] = Path(
+        "."
+    ),
+    audit_log: Annotated[
+        Path | None, typer.Option(help="burst audit log (default: the stack's auditLog)")
+    ] = None,
+    teams: Annotated[
+        Path | None, typer.Option(help="YAML mapping of Slurm account to team")
+    ] = None,
+    gpu_hour_usd: Annotated[
+        str | None, typer.Option(help="$ per owned GPU-hour (overrides --scenario)")
+    ] = None,
+    scenario: Annotated[
+        Path | None, typer.Option(help="TCO scenario whose owned node sets the core price")
+    ] = None,
+    sacct_json: Annotated[
+        Path | None,
+        typer.Option(help="read this saved `sacct --json` output instead of running sacct"),
+    ] = None,
+) -> None:
+    """Core and burst GPU-hours and dollars per team (or account, user, job, partition).
+
+    Jobs come from Slurm's accounting (sacct): those run while the daemon was down count too.
+
+    Burst idle comes from the resume program's audit log. Rows add up to the totals to the cent.
+    """
+    now = int(time.time())
+    start = parse_when(since, now, "--since")
+    end = now if until is None else parse_when(until, now, "--until")
+    if end <= start:
+        raise _fail(f"--since {since} is not before --until {until or 'now'}")
+    if plot is not None:
+        _check_plot(plot)
+    team_map = _teams(teams)
+    rate, price_source = owned_rate(gpu_hour_usd, scenario)
+    side = burst_side(stack, stack_dir)
+    log = audit_log or side.audit_log
+    lifetimes = _lifetimes(log, start, end)
+    jobs: list[JobRecord]
+    try:
+        if sacct_json is not None:
+            from coreburst.common.textio import TextFileError, read_text
+
+            try:
+                text = read_text(sacct_json, "--sacct-json file")
+            except TextFileError as exc:
+                raise AccountingError(str(exc)) from None
+            jobs, source = parse_sacct_json(text, now), f"{sacct_json} (sacct --json)"
+        else:
+            jobs, source = read_jobs(start, end, now)
+    except AccountingError as exc:
+        raise _fail(str(exc)) from None
+    ledger = build_ledger(
+        jobs,
+        since=start,
+        until=end,
+        now=now,
+        by=by.value,
+        core_rate=rate,
+        burst_nodes=side.nodes,
+        lifetimes=lifetimes,
+        teams=team_map,
+    )
+    if lifetimes is None:
+        ledger.notes.append(f"no burst audit log at {log}")
+    doc = report_doc(
+        ledger, by=by.value, since=start, until=end, source=source, price_source=price_source
+    )
+    if plot is not None:
+        from coreburst.cost.plot import render_cost
+
+        try:
+            render_cost(doc, plot)
+        except OSError as exc:
+            raise _fail(f"--plot {plot}: cannot write ({exc.strerror or exc})") from None
+    if fmt == Format.json:
+        typer.echo(json.dumps(doc, indent=2))
+    elif fmt == Format.csv:
+        typer.echo(_csv(doc, by.value), nl=False)
+    else:
+        _table(doc, by.value)
+        if plot is not None:
+            typer.echo(f"plot: {plot}")

@@ -1,0 +1,158 @@
+"""Dollars per group (coreburst/cost/ledger.py): the recorded lab's jobs and burst audit log,
+the idle burst row, rows that add up to the totals to the cent, unpriced never $0."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from coreburst.common.catalog import load_catalog
+from coreburst.cost.accounting import AccountingError, JobRecord, parse_sacct_json
+from coreburst.cost.ledger import BurstNode, apportion, build_ledger, instance_lifetimes
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE.parents[1] / "fixtures" / "slurm"
+NOW = 1796346600
+JOBS = parse_sacct_json((FIXTURES / "sacct-22.05-recorded.json").read_bytes(), NOW)
+AUDIT = (HERE / "burst-audit-recorded.jsonl").read_text()
+P5 = Decimal(repr(load_catalog().on_demand_price("p5.48xlarge", "us-east-1")))
+OD1 = {"od-1": BurstNode("od", "p5.48xlarge", "on-demand", 8, P5, "catalog")}
+RATE = Decimal("2.35")
+
+
+def test_recorded_audit_log_lifetime() -> None:
+    # resume.launched at 1796346527.691, suspend at 1796346567.54: whole seconds
+    assert instance_lifetimes(AUDIT, 0, NOW) == {"od-1": [(1796346527, 1796346567)]}
+    # clipped to a window, and an instance still running at the end is billed to the end
+    assert instance_lifetimes(AUDIT, 1796346537, 1796346547) == {"od-1": [(1796346537, 1796346547)]}
+    launch_only = AUDIT.splitlines()[1]
+    assert instance_lifetimes(launch_only, 0, 1796346627) == {"od-1": [(1796346527, 1796346627)]}
+
+
+def test_malformed_audit_line_is_named() -> None:
+    with pytest.raises(AccountingError, match="log line 2: not an audit record"):
+        instance_lifetimes(AUDIT.splitlines()[0] + "\n{torn", 0, NOW)
+
+
+def test_recorded_lab_by_team() -> None:
+    led = build_ledger(
+        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=RATE,
+        burst_nodes=OD1, lifetimes=instance_lifetimes(AUDIT, 0, NOW),
+    )  # fmt: skip
+    rows = {r.group: r for r in led.rows}
+    ml, research = rows["ml"], rows["research"]
+    assert ml.core_gpu_s == 8 * 3 and research.core_gpu_s == 0
+    assert (ml.burst_gpu_s, research.burst_gpu_s) == (4 * 5, 4 * 3)
+    assert ml.core_cents == round(Fraction(24) * Fraction(RATE) / 3600 * 100)  # $0.0157 -> 2 c
+    # od-1 ran 40 s x 8 GPUs; jobs used 32 GPU-s of 320; the rest is idle
+    assert led.idle.burst_gpu_s == 40 * 8 - 32
+    assert led.instance_gpu_s == {"od-1": 320}
+    instance_usd = Fraction(40) * Fraction(P5) / 3600  # $0.6116
+    assert led.total("burst_cents") == round(instance_usd * 100) == 61
+    # shares by time x GPUs: ml 20/320, research 12/320, idle 288/320 of the instance's cost
+    assert abs(ml.burst_usd - instance_usd * Fraction(20, 320)) == 0
+    assert led.idle.burst_usd == instance_usd * Fraction(288, 320)
+    assert sum(r.burst_cents for r in led.all_rows) == 61
+    assert not led.notes
+
+
+def test_teams_mapping_and_other_groupings() -> None:
+    kw = dict(since=0, until=NOW, now=NOW, core_rate=RATE, burst_nodes=OD1, lifetimes=None)
+    led = build_ledger(JOBS, by="team", teams={"ml": "vision", "research": "vision"}, **kw)  # type: ignore[arg-type]
+    assert [r.group for r in led.rows] == ["vision"] and len(led.rows[0].jobs) == 3
+    assert [r.group for r in build_ledger(JOBS, by="partition", **kw).rows] == ["burst", "core"]  # type: ignore[arg-type]
+    assert {r.group for r in build_ledger(JOBS, by="job", **kw).rows} == {"1", "2", "3"}  # type: ignore[arg-type]
+    assert [r.group for r in build_ledger(JOBS, by="user", **kw).rows] == ["root"]  # type: ignore[arg-type]
+
+
+def test_no_audit_log_means_idle_unknown_not_zero() -> None:
+    led = build_ledger(
+        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=RATE, burst_nodes=OD1,
+        lifetimes=None,
+    )  # fmt: skip
+    assert led.idle.burst_gpu_s == 0 and led.instance_gpu_s == {}
+    assert any("idle burst instance-hours are unknown (not zero)" in n for n in led.notes)
+
+
+def test_jobs_outside_recorded_lifetimes_give_no_idle() -> None:
+    short = {"od-1": [(1796346554, 1796346556)]}  # 2 s of instance for 32 GPU-s of jobs
+    led = build_ledger(
+        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=RATE, burst_nodes=OD1,
+        lifetimes=short,
+    )  # fmt: skip
+    assert led.idle.burst_gpu_s == 0
+    assert any("od-1" in n and "incomplete" in n for n in led.notes)
+
+
+def test_unknown_prices_are_unpriced_never_zero() -> None:
+    unpriced = {"od-1": BurstNode("od", "p9.99xlarge", "on-demand", 8, None, "no price")}
+    led = build_ledger(
+        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=None, burst_nodes=unpriced,
+        lifetimes=instance_lifetimes(AUDIT, 0, NOW),
+    )  # fmt: skip
+    rows = {r.group: r for r in led.rows}
+    assert rows["ml"].core_cents is None and rows["ml"].total_cents is None
+    assert (rows["ml"].unpriced_gpu_s, rows["ml"].burst_gpu_s) == (20, 0)
+    assert led.idle.unpriced_gpu_s == 288 and led.idle.burst_gpu_s == 0
+    assert led.total("core_cents") is None
+
+
+def test_apportion_keeps_the_total() -> None:
+    assert apportion(100, [Fraction(1, 3)] * 3) == [34, 33, 33]
+    assert apportion(0, [Fraction(0)]) == [0]
+
+
+_jobs = st.lists(
+    st.tuples(
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.sampled_from([("core1",), ("core1", "core2"), ("od-1",), ("od-1", "od-2"), ("sp-1",)]),
+        st.integers(0, 16),
+        st.integers(0, 10_000),
+        st.integers(1, 400_000),
+    ),
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    jobs=_jobs,
+    rate=st.decimals("0.01", "9.99", places=4),
+    p=st.decimals("0.5", "120", places=5),
+)
+def test_rows_add_up_to_totals_to_the_cent(
+    jobs: list[tuple[str, tuple[str, ...], int, int, int]], rate: Decimal, p: Decimal
+) -> None:
+    nodes = {
+        "od-1": BurstNode("od", "p5.48xlarge", "on-demand", 8, p, "x"),
+        "od-2": BurstNode("od", "p5.48xlarge", "on-demand", 8, p, "x"),
+        "sp-1": BurstNode("sp", "p5.48xlarge", "spot", 8, p / 3, "x"),
+    }
+    recs = [
+        JobRecord(str(i), "u", acct, "p", "c", ns, gpus, start, start + dur, "COMPLETED")
+        for i, (acct, ns, gpus, start, dur) in enumerate(jobs)
+    ]
+    lifetimes = {n: [(0, 500_000)] for n in nodes}
+    led = build_ledger(
+        recs, since=5_000, until=300_000, now=600_000, by="account", core_rate=rate,
+        burst_nodes=nodes, lifetimes=lifetimes,
+    )  # fmt: skip
+    burst_exact = sum((r.burst_usd for r in led.all_rows), start=Fraction(0))
+    total_burst = led.total("burst_cents")
+    assert sum(r.burst_cents for r in led.all_rows) == total_burst
+    assert abs(Fraction(total_burst, 100) - burst_exact) <= Fraction(1, 200)
+    # when every job fits in its nodes' lifetimes, burst = instance-hours x price exactly
+    if not any("incomplete" in n for n in led.notes):
+        inst = sum(
+            Fraction(s) * Fraction(nodes[n].usd_per_hour or 0) / (8 * 3600)  # type: ignore[arg-type]
+            for n, s in led.instance_gpu_s.items()
+        )
+        assert burst_exact == inst
+    for r in led.rows:  # each core cell is its own GPU-hours x rate, to the cent
+        assert r.core_cents == round(r.core_gpu_s * Fraction(rate) / 3600 * 100)
+    assert led.total("core_cents") == sum(r.core_cents or 0 for r in led.rows)
