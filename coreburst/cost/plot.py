@@ -30,6 +30,11 @@ def _dollars(x: float, _pos: Any = None) -> str:
     return f"${x:,.0f}" if abs(x) >= 10 else f"${x:,.2f}"
 
 
+def _when(iso: str) -> str:
+    """``2026-12-04 01:21`` from an ISO time (to the minute: a window may be shorter than a day)."""
+    return iso[:16].replace("T", " ")
+
+
 def render_cost(doc: Mapping[str, Any], path: Path) -> None:
     rows = sorted(doc["rows"], key=lambda r: -((r["core_usd"] or 0) + (r["burst_usd"] or 0)))
     if len(rows) > ROWS_MAX:
@@ -67,7 +72,7 @@ def render_cost(doc: Mapping[str, Any], path: Path) -> None:
     ax.set_xlim(0, max([*left, 1.0]) * 1.3)
     total = doc["total"]["total_usd"]
     ax.set_title(
-        f"GPU cost by {doc['by']}, {doc['since'][:10]} to {doc['until'][:10]} (UTC): "
+        f"GPU cost by {doc['by']}, {_when(doc['since'])} to {_when(doc['until'])} UTC: "
         + (f"total {_dollars(total)}" if total is not None else "total unpriced")
     )
     ax.legend(loc="lower right")

@@ -246,7 +246,8 @@ def report_doc(
         "owned_price_source": price_source,
         "burst_price_source": "catalog (coreburst/common/data/catalog.yaml), instance price",
         "rows": [row_doc(r) for r in ledger.rows],
-        "idle": {**row_doc(ledger.idle), "nodes": ledger.idle_by_node},
+        # the idle row holds no job: ``nodes`` are the burst nodes whose instances idled
+        "idle": {**row_doc(ledger.idle), "jobs": 0, "nodes": ledger.idle_by_node},
         "total": row_doc(total),
         "notes": ledger.notes,
     }
@@ -292,7 +293,7 @@ def _table(doc: dict[str, Any], by: str) -> None:
             r["group"],
             str(r["jobs"])
             if r is not doc["idle"]
-            else f"{r['jobs']} node{'' if r['jobs'] == 1 else 's'}",
+            else f"{len(r['nodes'])} node{'' if len(r['nodes']) == 1 else 's'}",
             f"{r['core_gpu_h']:,.3f}",
             _money(r["core_usd"]),
             burst_h,
