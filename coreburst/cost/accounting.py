@@ -319,6 +319,11 @@ def read_jobs(
         if done.returncode == 0:
             parse = parse_sacct_json if layout == "json" else parse_sacct_parsable
             return parse(done.stdout, now), f"sacct --{layout}"
-        err = " ".join(done.stderr.decode("utf-8", "replace").split())[:300]
-        errors.append(f"--{layout}: {err or f'exit {done.returncode}'}")
-    raise AccountingError("sacct failed (" + "; ".join(errors) + ")")
+        lines = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines()]
+        last = [ln for ln in lines if ln][-1:]  # sacct ends with its fatal or its last error
+        errors.append(" ".join(last[0].split())[:300] if last else f"exit {done.returncode}")
+    said = errors[0] if errors[0] == errors[1] else f"--json: {errors[0]}; --parsable2: {errors[1]}"
+    raise AccountingError(
+        f"sacct failed ({said}); check SLURM_CONF names a slurm.conf whose "
+        "AccountingStorageType is accounting_storage/slurmdbd and that slurmdbd is up"
+    )
