@@ -434,6 +434,20 @@ class BurstReconcileConfig(_Strict):
         return self
 
 
+class BurstHealthConfig(_Strict):
+    """The ``burst-health`` rule (guardrails/rules/burst_health.py): EC2 scheduled events and
+    impaired status checks on burst instances drain the node and power it down, so its
+    instance is replaced. Off unless switched on; it finds the node by ``burst_reconcile``'s
+    stack, tag keys and Slurm settings."""
+
+    enabled: bool = False
+    # A job still on the node this long before the event's NotBefore is requeued (the node is
+    # powered down by force); until then it may finish on the drained node.
+    event_margin: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
+    # A status check impaired this long: the node is powered down even under a job.
+    impaired_grace: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
+
+
 class CoreIdleThresholds(_Strict):
     """When a job's GPUs count as idle, and how long its owner has before the policy acts."""
 
@@ -609,6 +623,7 @@ class OrgConfig(_Strict):
 # these (it refuses to import otherwise), so the config never imports the rules that read it.
 RULE_NAMES = (
     "budget-relay",
+    "burst-health",
     "burst-reconcile",
     "core-idle",
     "egress-spike",
@@ -721,6 +736,7 @@ class GuardrailsConfig(BaseSettings):
     egress: EgressConfig = EgressConfig()
     budget_relay: BudgetRelayConfig = BudgetRelayConfig()
     burst_reconcile: BurstReconcileConfig = BurstReconcileConfig()
+    burst_health: BurstHealthConfig = BurstHealthConfig()
     core_idle: CoreIdleConfig = CoreIdleConfig()
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
@@ -771,6 +787,15 @@ class GuardrailsConfig(BaseSettings):
             raise ValueError(
                 f"burst_reconcile.spend_scope: no spend scope {b.spend_scope!r} in spend.scopes "
                 f"({', '.join(names) or 'none'}); name one of those, add it, or set it to null"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _burst_health_stack(self) -> GuardrailsConfig:
+        if self.burst_health.enabled and not self.burst_reconcile.stack:
+            raise ValueError(
+                "burst_health.enabled needs burst_reconcile.stack (the stack whose burst "
+                "instances carry the Slurm node tag); set it"
             )
         return self
 

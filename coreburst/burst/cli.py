@@ -5,6 +5,7 @@ $ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
 $ coreburst burst suspend 'p5-[1-4]' --stack prod
 $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
 $ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
+$ coreburst burst node-check --node p5-1 --stack prod --gate   # on the node, before slurmd
 """
 
 from __future__ import annotations
@@ -270,6 +271,74 @@ def release_hold(
         typer.echo(f"released pool {pool}: deleted {', '.join(mine)}")
     else:
         typer.echo(f"pool {pool} had no backoff or protected-mode hold; earlier failures forgiven")
+
+
+@app.command("node-check")
+def node_check(  # noqa: PLR0917 (one parameter per CLI option)
+    node: Annotated[
+        str | None, typer.Option(help="This node's Slurm name (required with --gate).")
+    ] = None,
+    stack: Annotated[
+        str | None, typer.Option("--stack", "-s", help="Pulumi stack: the node's type, audit log.")
+    ] = None,
+    stack_dir: StackDirOpt = HERE,
+    instance_type: Annotated[
+        str | None, typer.Option(help="Instance type to expect (default: the node's in --stack).")
+    ] = None,
+    gate: Annotated[
+        bool, typer.Option(help="On failure: node DOWN, job requeued, instance replaced.")
+    ] = False,
+    dcgm: Annotated[bool, typer.Option(help="Run dcgmi diag -r 1 -j.")] = True,
+    nccl_command: Annotated[
+        str | None, typer.Option(help="A command printing all_reduce_perf output to judge.")
+    ] = None,
+    nccl_min_busbw: Annotated[
+        float | None, typer.Option(help="Least busbw (GB/s) at the largest size.")
+    ] = None,
+    replay: Annotated[
+        Path | None, typer.Option(help="Read recorded outputs (<probe>.out) from this directory.")
+    ] = None,
+    instance_id: Annotated[str, typer.Option(help="This instance's id, for the record.")] = "",
+) -> None:
+    """Health gate for a fresh burst node, run before slurmd starts: GPUs (nvidia-smi, DCGM), EFA devices, optional all-reduce. Exit 0 passed, 1 failed, 2 bad input.
+
+    $ coreburst burst node-check --node od-1 --stack prod --gate"""  # noqa: E501
+    from coreburst.burst import health
+    from coreburst.burst.slurmconf import node_set_of
+
+    s = _stack(stack, stack_dir) if stack else None
+    nodes = node_set_of(s) if s else {}
+    if gate and not node:
+        raise _fail("--gate needs --node (the Slurm node to take out on failure)")
+    if s is not None and node is not None and node not in nodes:
+        raise _fail(f"--node {_escaped(node)!r} is not a burst node of stack {stack}")
+    itype = instance_type or (nodes[node].instance_type if node in nodes else None)
+    if itype is None:
+        raise _fail("give --instance-type, or --stack with --node, to know what to expect")
+    if replay is not None and not replay.is_dir():
+        raise _fail(f"--replay {replay}: no such directory")
+    try:
+        shlex.split(nccl_command or "")
+    except ValueError as exc:
+        raise _fail(f"--nccl-command: {exc} (quote it as a shell would)") from None
+    try:
+        expect = health.expected(itype)
+    except health.HealthInputError as exc:
+        raise _fail(str(exc)) from None
+    audit = _setup_logs(s) if s is not None else None
+    code = health.node_check(
+        node,
+        expect,
+        runner=health.Replay(replay) if replay is not None else health.run_subprocess,
+        dcgm=dcgm,
+        nccl_command=nccl_command,
+        nccl_min_busbw=nccl_min_busbw,
+        gate=gate,
+        instance_id=instance_id,
+        audit=audit,
+        echo=typer.echo,
+    )
+    raise typer.Exit(code)
 
 
 def main() -> None:

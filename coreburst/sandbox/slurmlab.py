@@ -583,6 +583,12 @@ class BootWatcher:
         self.boot_delay, self.every = boot_delay, every
         # Nodes whose instances never register (a broken image): their slurmd is not started.
         self.never_boot: set[str] = set()
+        # Health gate (coreburst/burst/health.py): a node listed here runs ``coreburst burst
+        # node-check --gate`` on the recorded outputs in these directories (one per boot, the
+        # last repeating) before its slurmd starts; on failure slurmd is never started. Nodes
+        # not listed boot as before.
+        self.health: dict[str, list[Path]] = {}
+        self.checks: list[tuple[str, str, int, str]] = []  # node, instance, exit, output
         self.seen: dict[str, tuple[str, float]] = {}  # node -> (instance, first seen)
         self.booted: dict[str, str] = {}  # node -> instance whose slurmd runs
         self.boots: list[tuple[str, str]] = []
@@ -614,6 +620,18 @@ class BootWatcher:
                 live[tags[self.node_tag]] = inst["InstanceId"]
         return live
 
+    def _health_passed(self, node: str, iid: str) -> bool:
+        fixtures = self.health.get(node)
+        if not fixtures:
+            return True
+        replay = fixtures.pop(0) if len(fixtures) > 1 else fixtures[0]
+        out = self.lab.burst_cli(
+            "node-check", "--node", node, "--stack", "lab", "--stack-dir", str(self.lab.lab),
+            "--replay", str(replay), "--gate", "--instance-id", iid,
+        )  # fmt: skip
+        self.checks.append((node, iid, out.returncode, out.stdout + out.stderr))
+        return out.returncode == 0
+
     def _loop(self) -> None:
         while not self._stop.wait(self.every):
             try:
@@ -625,6 +643,9 @@ class BootWatcher:
                     if node in self.never_boot:
                         continue
                     if self.booted.get(node) != iid and now - self.seen[node][1] >= self.boot_delay:
+                        if not self._health_passed(node, iid):
+                            self.booted[node] = iid  # never started; the gate replaces it
+                            continue
                         self.lab.stop_slurmd(node)
                         self.lab.start_slurmd(node, booted=True)
                         self.booted[node] = iid

@@ -1,7 +1,8 @@
 """The guardrail rule registry, and the narrow context a rule runs in.
 
 Each rule is one module here (``inventory``, ``idle_reclaim``, ``spend_limit``,
-``egress_spike``, ``budget_relay``, ``burst_reconcile``, ``core_idle``) that registers one
+``egress_spike``, ``budget_relay``, ``burst_health``, ``burst_reconcile``, ``core_idle``) that
+registers one
 ``Rule``: a kebab-case name, a description, its typed params model (the config section it
 reads), the IAM actions it calls, whether the config switches it on, and ``run(ctx)``. One
 registry drives what the daemon runs (``guardrails.daemon``, in registry order), what
@@ -12,7 +13,7 @@ never the daemon.
     >>> from guardrails.rules import REGISTRY, iam_actions
     >>> list(REGISTRY)  # doctest: +NORMALIZE_WHITESPACE
     ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay',
-     'burst-reconcile', 'core-idle']
+     'burst-health', 'burst-reconcile', 'core-idle']
     >>> "ec2:StopInstances" in REGISTRY["idle-reclaim"].iam_actions
     True
 """
@@ -42,6 +43,7 @@ def iam_actions() -> list[str]:
 # Registration order is run order: the budget relay reads the burn the spend rule recorded.
 from guardrails.rules import (  # noqa: E402  (the modules register into REGISTRY above)
     budget_relay,
+    burst_health,
     burst_reconcile,
     core_idle,
     egress_spike,
@@ -56,6 +58,7 @@ for _module in (
     spend_limit,
     egress_spike,
     budget_relay,
+    burst_health,
     burst_reconcile,
     core_idle,
 ):
