@@ -434,6 +434,32 @@ class BurstReconcileConfig(_Strict):
         return self
 
 
+class SpotInterruptionConfig(_Strict):
+    """The ``spot-interruption`` rule (guardrails/rules/spot_interruption.py): EC2 Spot
+    interruption warnings and rebalance recommendations for burst nodes (EventBridge -> SQS).
+    Off unless switched on; it needs ``scontrol`` and ``scancel`` on this host and finds the
+    node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
+
+    enabled: bool = False
+    # The SQS queue the stack's EventBridge rules deliver both events to (the Guardrails
+    # component's spot_queue_url, queue guardrails-spot-events); unset = nothing to read.
+    queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
+    # Report only (audit and Slack), even when the daemon acts (dry_run: false).
+    dry_run: bool = False
+    # Sent to the jobs on a node whose instance gets the two-minute warning, so they can
+    # checkpoint (scancel --signal); null: none.
+    signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT", "XCPU"] | None = "USR1"
+    # Which processes get it (scancel(1)): batch = the batch shell only (--batch; a script
+    # traps it), full = the shell, its children and every step (--full), steps = the steps only.
+    signal_to: Literal["batch", "full", "steps"] = "batch"
+    # After the signal, how long the jobs have before they are requeued (sooner when the
+    # instance goes). The warning comes two minutes before EC2 takes the instance.
+    grace: Annotated[timedelta, Between("5s", "10m")] = timedelta(seconds=90)
+    # A rebalance recommendation drains the node and notifies; true: signal its jobs as well.
+    rebalance_signal: bool = False
+
+
 class BurstHealthConfig(_Strict):
     """The ``burst-health`` rule (guardrails/rules/burst_health.py): EC2 scheduled events and
     impaired status checks on burst instances drain the node and power it down, so its
@@ -630,6 +656,7 @@ RULE_NAMES = (
     "idle-reclaim",
     "inventory",
     "spend-limit",
+    "spot-interruption",
 )
 
 
@@ -737,6 +764,7 @@ class GuardrailsConfig(BaseSettings):
     budget_relay: BudgetRelayConfig = BudgetRelayConfig()
     burst_reconcile: BurstReconcileConfig = BurstReconcileConfig()
     burst_health: BurstHealthConfig = BurstHealthConfig()
+    spot_interruption: SpotInterruptionConfig = SpotInterruptionConfig()
     core_idle: CoreIdleConfig = CoreIdleConfig()
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
@@ -787,6 +815,15 @@ class GuardrailsConfig(BaseSettings):
             raise ValueError(
                 f"burst_reconcile.spend_scope: no spend scope {b.spend_scope!r} in spend.scopes "
                 f"({', '.join(names) or 'none'}); name one of those, add it, or set it to null"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _spot_interruption_stack(self) -> GuardrailsConfig:
+        if self.spot_interruption.enabled and not self.burst_reconcile.stack:
+            raise ValueError(
+                "spot_interruption.enabled needs burst_reconcile.stack (the stack whose burst "
+                "instances carry the Slurm node tag); set it"
             )
         return self
 

@@ -1,8 +1,8 @@
 """The guardrail rule registry, and the narrow context a rule runs in.
 
 Each rule is one module here (``inventory``, ``idle_reclaim``, ``spend_limit``,
-``egress_spike``, ``budget_relay``, ``burst_health``, ``burst_reconcile``, ``core_idle``) that
-registers one
+``egress_spike``, ``budget_relay``, ``spot_interruption``, ``burst_health``,
+``burst_reconcile``, ``core_idle``) that registers one
 ``Rule``: a kebab-case name, a description, its typed params model (the config section it
 reads), the IAM actions it calls, whether the config switches it on, and ``run(ctx)``. One
 registry drives what the daemon runs (``guardrails.daemon``, in registry order), what
@@ -13,7 +13,7 @@ never the daemon.
     >>> from guardrails.rules import REGISTRY, iam_actions
     >>> list(REGISTRY)  # doctest: +NORMALIZE_WHITESPACE
     ['inventory', 'idle-reclaim', 'spend-limit', 'egress-spike', 'budget-relay',
-     'burst-health', 'burst-reconcile', 'core-idle']
+     'spot-interruption', 'burst-health', 'burst-reconcile', 'core-idle']
     >>> "ec2:StopInstances" in REGISTRY["idle-reclaim"].iam_actions
     True
 """
@@ -40,7 +40,8 @@ def iam_actions() -> list[str]:
     return sorted({a for r in REGISTRY.values() for a in r.iam_actions})
 
 
-# Registration order is run order: the budget relay reads the burn the spend rule recorded.
+# Registration order is run order: the budget relay reads the burn the spend rule recorded;
+# spot-interruption requeues (with the reason on the job) before burst-reconcile powers down.
 from guardrails.rules import (  # noqa: E402  (the modules register into REGISTRY above)
     budget_relay,
     burst_health,
@@ -50,6 +51,7 @@ from guardrails.rules import (  # noqa: E402  (the modules register into REGISTR
     idle_reclaim,
     inventory,
     spend_limit,
+    spot_interruption,
 )
 
 for _module in (
@@ -58,6 +60,7 @@ for _module in (
     spend_limit,
     egress_spike,
     budget_relay,
+    spot_interruption,
     burst_health,
     burst_reconcile,
     core_idle,

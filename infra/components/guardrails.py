@@ -71,6 +71,65 @@ def scheduler_trust_policy(function_arn: str, group: str = "default") -> str:
     )
 
 
+SPOT_RULE = "spot-interruption"
+# The two EC2 events the spot-interruption rule reads: source and detail-type as the Amazon
+# EC2 User Guide gives them ("Spot Instance interruption notices", "EC2 instance rebalance
+# recommendations"); one EventBridge rule each, both into one queue.
+SPOT_EVENTS = {
+    "interruption": "EC2 Spot Instance Interruption Warning",
+    "rebalance": "EC2 Instance Rebalance Recommendation",
+}
+
+
+def _spot_events(name: str, child: pulumi.ResourceOptions) -> aws.sqs.Queue:
+    """An SQS queue the stack's EventBridge rules deliver EC2's spot events to. The queue
+    policy lets EventBridge send only for those rules (Amazon EventBridge User Guide, "Using
+    resource-based policies for Amazon EventBridge": Amazon SQS permissions, with
+    aws:SourceArn against the confused deputy). A warning is worth nothing after two minutes:
+    messages are kept an hour."""
+    queue = aws.sqs.Queue(
+        f"{name}-spot-events",
+        message_retention_seconds=3600,
+        sqs_managed_sse_enabled=True,
+        opts=child,
+    )
+    rules = [
+        aws.cloudwatch.EventRule(
+            f"{name}-spot-{kind}",
+            description=f"{detail} -> coreburst guardrails (spot-interruption)",
+            event_pattern=json.dumps({"source": ["aws.ec2"], "detail-type": [detail]}),
+            opts=child,
+        )
+        for kind, detail in SPOT_EVENTS.items()
+    ]
+    aws.sqs.QueuePolicy(
+        f"{name}-spot-events-policy",
+        queue_url=queue.url,
+        policy=pulumi.Output.all(queue.arn, *[r.arn for r in rules]).apply(
+            lambda v: json.dumps(
+                {
+                    "Version": "2012-10-17",
+                    "Statement": [
+                        {
+                            "Effect": "Allow",
+                            "Principal": {"Service": "events.amazonaws.com"},
+                            "Action": "sqs:SendMessage",
+                            "Resource": v[0],
+                            "Condition": {"ArnEquals": {"aws:SourceArn": list(v[1:])}},
+                        }
+                    ],
+                }
+            )
+        ),
+        opts=child,
+    )
+    for kind, rule in zip(SPOT_EVENTS, rules, strict=True):
+        aws.cloudwatch.EventTarget(
+            f"{name}-spot-{kind}-to-queue", rule=rule.name, arn=queue.arn, opts=child
+        )
+    return queue
+
+
 @dataclass
 class GuardrailsArgs:
     code: pulumi.Archive
@@ -148,6 +207,9 @@ class Guardrails(pulumi.ComponentResource):
             raw_message_delivery=True,
             opts=child,
         )
+        # EC2 spot interruption warnings and rebalance recommendations for the
+        # spot-interruption rule, when it is deployed (guardrails/rules/spot_interruption.py).
+        self.spot_queue = _spot_events(name, child) if SPOT_RULE in args.rule_actions else None
         self.log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs", name=f"/aws/lambda/{name}-daemon", retention_in_days=90, opts=child
         )
@@ -155,8 +217,9 @@ class Guardrails(pulumi.ComponentResource):
         self.role = aws.iam.Role(
             f"{name}-role", assume_role_policy=_assume("lambda.amazonaws.com"), opts=child
         )
+        spot_arn = self.spot_queue.arn if self.spot_queue is not None else ""
         self.policy = pulumi.Output.all(
-            self.table.arn, self.secret.arn, self.queue.arn, self.log_group.arn
+            self.table.arn, self.secret.arn, self.queue.arn, self.log_group.arn, spot_arn
         ).apply(
             lambda arns: json.dumps(
                 policy_document(
@@ -170,6 +233,12 @@ class Guardrails(pulumi.ComponentResource):
                         # budget_relay.py), on this queue only; nothing when it is off.
                         arns[2]: list(args.rule_actions.get("budget-relay", ())),
                         arns[3]: ["logs:CreateLogStream", "logs:PutLogEvents"],
+                        # The spot-interruption rule's queue calls, on its queue only.
+                        **(
+                            {arns[4]: [a for a in args.rule_actions[SPOT_RULE] if a[:4] == "sqs:"]}
+                            if arns[4]
+                            else {}
+                        ),
                     },
                 )
             )
@@ -242,5 +311,6 @@ class Guardrails(pulumi.ComponentResource):
                 "state_table": self.table.name,
                 "webhook_secret_arn": self.secret.arn,
                 "budget_queue_url": self.queue.url,
+                "spot_queue_url": self.spot_queue.url if self.spot_queue is not None else None,
             }
         )

@@ -101,7 +101,7 @@ def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
     ]  # fmt: skip
     for rule in ("budget_relay", "burst_reconcile", "core_idle", "egress_spike"):
         mods.append(f"guardrails/rules/{rule}.py")
-    for rule in ("idle_reclaim", "inventory", "spend_limit"):
+    for rule in ("idle_reclaim", "inventory", "spend_limit", "spot_interruption"):
         mods.append(f"guardrails/rules/{rule}.py")
     for m in mods:
         (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,632 @@
+"""Rule ``spot-interruption``: EC2's two-minute Spot Instance Interruption Warning and its
+Rebalance Recommendation for burst nodes, acted on through Slurm.
+
+The stack's EventBridge rules send both events (documented shapes: tests/fixtures/aws/events/)
+to an SQS queue (``spot_interruption.queue_url``). Each cycle the leader drains the queue:
+
+* **Interruption warning**: the instance's Slurm node (tags ``coreburst-stack`` =
+  ``burst_reconcile.stack`` and ``coreburst-slurm-node``) is drained at once (reason
+  ``coreburst: spot interruption ...``: no new job lands there), its running jobs get
+  ``signal`` (``scancel --signal=<sig>`` to ``signal_to``: the batch shell, everything, or the
+  steps) so they can checkpoint, and each job's AdminComment says so. The node is watched.
+* **Rebalance recommendation**: drained and notified; its jobs run on (signalled only with
+  ``rebalance_signal``).
+* **Watched nodes**, every cycle: an interrupted node's jobs are requeued once ``grace`` has
+  passed since the signal, or at once when its instance is going or gone (the jobs recorded at
+  the warning, in the same run: same restart count; plus, once the instance is gone, whatever
+  still runs on the node). A rebalanced node's jobs are requeued only when its instance goes.
+  Then the node is powered down (``state=power_down_force``: Slurm's SuspendProgram terminates
+  whatever instance is left, so nothing is orphaned) and, once powered down, undrained if the
+  drain is still ours, so it is back in the pool (``idle~``). A job is never requeued for a
+  node that got no warning, nor after it left the node.
+
+Every Slurm write goes through the actuator's gate (dry-run, leader lease, kill switch, breaker,
+per-cycle cap) and the audit log; ``spot_interruption.dry_run`` makes this rule report only.
+A message is deleted only after its effects are stored (the node's watch record, the Slack
+alert in the outbox, the event id as seen): a crash in between re-delivers it, and the event
+id and the actions' intent keys keep anything from happening twice. A standby daemon does not
+read the queue (it would hide the warning from the leader); nor does a leader whose gate is
+shut (kill switch, breaker, cap): the messages wait for it.
+
+A node-side watcher of the instance metadata (``spot/instance-action``) is not part of this:
+EventBridge is the one source here.
+
+    >>> parse_event('{"id": "e-1", "detail-type": "EC2 Instance Rebalance Recommendation", '
+    ...             '"region": "us-east-1", "detail": {"instance-id": "i-0abc1234def567890"}}').kind
+    'rebalance'
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, clip
+from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
+from guardrails.config import SpotInterruptionConfig, format_duration
+from guardrails.rules.base import Rule, RuleContext
+from guardrails.stores.sqlite import iso, parse_iso
+
+# EventBridge ``detail-type`` of the two events (Amazon EC2 User Guide, "Spot Instance
+# interruption notices" and "EC2 instance rebalance recommendations").
+WARNING = "EC2 Spot Instance Interruption Warning"
+REBALANCE = "EC2 Instance Rebalance Recommendation"
+KINDS = {WARNING: "interruption", REBALANCE: "rebalance"}
+# Every drain this rule sets starts so; only such a drain is lifted by it.
+REASON_PREFIX = "coreburst: spot "
+LIVE = ("pending", "running")
+WATCH_KEY = "spot-interruption:watch"
+SEEN_KEY = "spot-interruption:seen"  # event id -> when it was settled
+# How long a settled event id is remembered against re-delivery (the stack's queue keeps a
+# message an hour).
+SEEN_FOR = timedelta(days=1)
+# Jobs of the warned run that may be requeued: still there, or ended by the signal or the
+# node's loss (scontrol(1) "requeue": a running, suspended or finished batch job).
+REQUEUE_STATES = frozenset({"RUNNING", "SUSPENDED", "FAILED", "NODE_FAIL"})
+_INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,32}$")
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
+# How long a received message stays hidden: one it could not settle comes back next cycle.
+VISIBILITY_S = 30
+
+
+@dataclass(frozen=True)
+class SpotEvent:
+    event_id: str
+    kind: str  # interruption | rebalance
+    instance_id: str
+    region: str
+    time: str  # the event's own ``time`` (ISO 8601, as EventBridge sends it)
+    action: str  # interruption: terminate | stop | hibernate; rebalance: ""
+
+
+def parse_event(body: str) -> SpotEvent | str:
+    """One SQS message body (the EventBridge event itself), or why it is not one of ours
+    (one line)."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return "not JSON"
+    if not isinstance(doc, dict):
+        return "not a JSON object"
+    kind = KINDS.get(str(doc.get("detail-type", "")))
+    if kind is None:
+        got = str(doc.get("detail-type"))[:80]
+        return f"detail-type {got!r} is neither {WARNING!r} nor {REBALANCE!r}"
+    detail = doc.get("detail")
+    iid = detail.get("instance-id") if isinstance(detail, dict) else None
+    if not isinstance(iid, str) or not _INSTANCE_ID.match(iid):
+        return "detail.instance-id missing or not an instance id"
+    event_id, region = doc.get("id"), doc.get("region")
+    if not isinstance(event_id, str) or not event_id or not isinstance(region, str):
+        return "id or region missing"
+    action = ""
+    if kind == "interruption":
+        action = str(detail.get("instance-action", "")) if isinstance(detail, dict) else ""
+    return SpotEvent(event_id, kind, iid, region, str(doc.get("time", "")), action)
+
+
+def receive(sqs: Any, url: str, max_batches: int) -> list[tuple[str, str, str]]:
+    """Up to ``max_batches`` x 10 messages: (receipt handle, message id, body), not deleted."""
+    out: list[tuple[str, str, str]] = []
+    for _ in range(max_batches):
+        resp = sqs.receive_message(
+            QueueUrl=url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=0,
+            VisibilityTimeout=VISIBILITY_S,
+        )
+        msgs = resp.get("Messages", [])
+        out += [(m["ReceiptHandle"], m["MessageId"], m["Body"]) for m in msgs]
+        if len(msgs) < 10:
+            break
+    return out
+
+
+def queue_region(url: str, default: str) -> str:
+    """``https://sqs.<region>.amazonaws.com/...`` -> region; an emulator's URL -> ``default``."""
+    return url.split(".")[1] if url.startswith("https://sqs.") else default
+
+
+# -- Slurm ------------------------------------------------------------------------------------
+@dataclass
+class Slurm:
+    """The few Slurm commands this rule runs (each one ``SlurmError`` line on failure)."""
+
+    sc: Scontrol
+
+    def tool(self, name: str, *args: str) -> str:
+        return run_tool(
+            name, *args, bin_dir=self.sc.bin_dir, conf=self.sc.conf, timeout_s=self.sc.timeout_s
+        )
+
+    def drain(self, node: str, reason: str) -> str:
+        self.sc.run("update", f"nodename={node}", "state=drain", f"reason={reason}")
+        return "scontrol update state=drain"
+
+    def jobs_on(self, node: str) -> dict[str, int]:
+        """Running or suspended jobs on ``node`` -> their restart count (squeue(1) ``-O``)."""
+        out = self.tool(
+            "squeue", "-h", "-w", node, "-t", "RUNNING,SUSPENDED", "-O", "JobID:40 ,RestartCnt:12 "
+        )
+        jobs: dict[str, int] = {}
+        for line in out.splitlines():
+            parts = line.split()
+            if len(parts) == 2 and _JOB_ID.match(parts[0]) and parts[1].isdigit():
+                jobs[parts[0]] = int(parts[1])
+            elif parts:
+                raise SlurmError(f"squeue -w {node}: unexpected line {line.strip()[:80]!r}")
+        return jobs
+
+    def signal(self, jobs: list[str], sig: str, to: str) -> str:
+        flag = {"batch": ["--batch"], "full": ["--full"], "steps": []}[to]
+        self.tool("scancel", f"--signal={sig}", *flag, *jobs)
+        return f"scancel --signal={sig} {' '.join(flag)}".strip()
+
+    def job(self, job: str) -> tuple[str, int] | None:
+        """(JobState, Restarts) of ``job``; None when Slurm no longer knows it."""
+        try:
+            out = self.sc.run("-o", "show", "job", job)
+        except SlurmError as exc:
+            if "Invalid job id" in str(exc):
+                return None
+            raise
+        state = re.search(r"\bJobState=(\S+)", out)
+        restarts = re.search(r"\bRestarts=(\d+)", out)
+        if not state or not restarts:
+            raise SlurmError(f"scontrol show job {job}: no JobState or Restarts in the output")
+        return state.group(1), int(restarts.group(1))
+
+    def requeue(self, job: str) -> str:
+        self.sc.run("requeue", job)
+        return f"scontrol requeue {job}"
+
+    def note(self, job: str, text: str) -> None:
+        """The job's AdminComment (only an administrator can set it; ``scontrol show job``
+        shows it), one line."""
+        self.sc.run("update", f"jobid={job}", f"AdminComment={' '.join(text.split())[:900]}")
+
+    def power_down(self, node: str) -> str:
+        self.sc.run("update", f"nodename={node}", "state=power_down_force")
+        return "scontrol update state=power_down_force"
+
+    def undrain(self, node: str) -> str:
+        self.sc.run("update", f"nodename={node}", "state=resume")
+        return "scontrol update state=resume"
+
+
+# -- acting through the gate -------------------------------------------------------------------
+def _act(
+    ctx: RuleContext, key: str, target: str, kind: str, *, reason: str, call: Callable[[], str]
+) -> str:
+    """``done``, ``recorded`` (done before: the intent key was stored), ``skipped`` (the gate
+    or ``spot_interruption.dry_run``) or ``failed`` (audited, in the report)."""
+    if ctx.cfg.spot_interruption.dry_run:
+        ctx.actuator.audit(
+            "action.skipped", key=key, instance_id=target, kind=kind, reason=reason,
+            because="spot_interruption.dry_run",
+        )  # fmt: skip
+        return "skipped"
+    if ctx.actuator.gate() is not None:
+        ctx.actuator.execute(key, target, "slurm", kind, reason=reason, call=call)  # audits why
+        return "skipped"
+    try:
+        if ctx.actuator.execute(key, target, "slurm", kind, reason=reason, call=call):
+            return "done"
+    except SlurmError as exc:
+        ctx.state.drop_intent(key)
+        ctx.actuator.audit("action.failed", key=key, instance_id=target, error=str(exc))
+        ctx.report.errors.append(f"spot-interruption: {exc}")
+        return "failed"
+    row = ctx.state.action(key)
+    return "recorded" if row is not None else "failed"
+
+
+def _alert(key: str, node: str, title: str, lines: list[str], urgent: bool) -> Alert:
+    return Alert(
+        f"spot:{clip(key, 200)}",
+        f"spot:{clip(node, 100)}",
+        clip(title, 140),
+        [clip(x, 1000) for x in lines],
+        severity="critical" if urgent else "warning",
+        priority=PRIORITY_URGENT if urgent else PRIORITY_ROUTINE,
+    )
+
+
+def _jobs_text(jobs: list[str]) -> str:
+    more = f" and {len(jobs) - 50} more" if len(jobs) > 50 else ""
+    return (", ".join(jobs[:50]) + more) or "none"
+
+
+# -- the queue -------------------------------------------------------------------------------
+def _lookup(ctx: RuleContext, ev: SpotEvent) -> tuple[str | None, str]:
+    """(the instance's Slurm node or None, its state or why it is not one of ours)."""
+    b = ctx.cfg.burst_reconcile
+    ec2 = ctx.aws.client("ec2", ev.region)
+    try:
+        resp = ec2.describe_instances(InstanceIds=[ev.instance_id])
+    except ClientError as exc:
+        if exc.response.get("Error", {}).get("Code") == "InvalidInstanceID.NotFound":
+            return None, "EC2 does not know the instance"
+        raise
+    for res in resp.get("Reservations", []):
+        for inst in res.get("Instances", []):
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
+            if tags.get(b.stack_tag_key) != b.stack:
+                return None, f"not an instance of stack {b.stack}"
+            node = tags.get(b.node_tag_key)
+            if not node:
+                return None, f"no {b.node_tag_key} tag"
+            return node, str(inst["State"]["Name"])
+    return None, "EC2 does not know the instance"
+
+
+def _handle(
+    ctx: RuleContext,
+    slurm: Slurm,
+    nodes: dict[str, SlurmNode],
+    ev: SpotEvent,
+    watch: dict[str, Any],
+) -> bool:
+    """Act on one event; True when its message may go (everything it calls for is stored)."""
+    p = ctx.cfg.spot_interruption
+    act = ctx.actuator
+    if ev.region not in ctx.cfg.regions:
+        act.audit("spot.ignored", event_id=ev.event_id, instance_id=ev.instance_id,
+                  why=f"region {ev.region} is not in regions")  # fmt: skip
+        return True
+    node, state = _lookup(ctx, ev)
+    if node is None:
+        act.audit("spot.ignored", event_id=ev.event_id, instance_id=ev.instance_id, why=state)
+        return True
+    sn = nodes.get(node)
+    if sn is None or not sn.cloud:
+        act.audit("spot.ignored", event_id=ev.event_id, instance_id=ev.instance_id, node=node,
+                  why=f"Slurm has no cloud node {node}")  # fmt: skip
+        return True
+    if state not in LIVE and (sn.powered_down or _live_for(ctx, ev.region, node)):
+        act.audit("spot.ignored", event_id=ev.event_id, instance_id=ev.instance_id, node=node,
+                  why=f"instance {state}; {node} is powered down or has another")  # fmt: skip
+        return True
+    prior = watch.get(ev.instance_id)
+    if prior is not None and (prior["kind"] == "interruption" or ev.kind == "rebalance"):
+        act.audit("spot.already-watched", event_id=ev.event_id, instance_id=ev.instance_id,
+                  node=node, kind=prior["kind"])  # fmt: skip
+        return True
+    now = ctx.clock.now()
+    interrupt = ev.kind == "interruption"
+    what = (
+        f"spot interruption warning ({ev.action or 'terminate'} {_two_minutes_after(ev.time)})"
+        if interrupt
+        else "spot rebalance recommendation"
+    )
+    reason = f"{REASON_PREFIX}{'interruption' if interrupt else 'rebalance'} {ev.instance_id}"
+    act.audit("spot.event", event_id=ev.event_id, kind=ev.kind, instance_id=ev.instance_id,
+              node=node, instance_state=state, action=ev.action)  # fmt: skip
+    rec: dict[str, Any] = {
+        "kind": ev.kind,
+        "node": node,
+        "region": ev.region,
+        "event_id": ev.event_id,
+        "since": iso(now),
+        "signalled_at": None,
+        "signal": None,
+        "jobs": {},
+        # The node's boot: a new instance under it boots it again, and then the jobs on it
+        # are not the warned instance's.
+        "boot": sn.boot_time,
+    }
+    drained = "done"
+    if "DRAIN" not in sn.states or not sn.reason.startswith(reason):
+        drained = _act(
+            ctx, f"spot-drain:{ev.event_id}", node, "drain",
+            reason=f"{what} for {ev.instance_id}",
+            call=lambda: slurm.drain(node, reason),
+        )  # fmt: skip
+    if drained == "failed" or (drained == "skipped" and not _dry(ctx)):
+        return False  # the message comes back next cycle
+    jobs = slurm.jobs_on(node) if state in LIVE else {}
+    rec["jobs"] = jobs
+    sig = p.signal if (interrupt or p.rebalance_signal) else None
+    if sig and jobs and state in LIVE:
+        ids = sorted(jobs, key=lambda j: (len(j), j))
+        done = _act(
+            ctx, f"spot-signal:{ev.event_id}", node, "signal",
+            reason=f"{what}: SIG{sig} to {p.signal_to} of job(s) {', '.join(ids)} to checkpoint",
+            call=lambda: slurm.signal(ids, sig, p.signal_to),
+        )  # fmt: skip
+        if done == "failed" or (done == "skipped" and not _dry(ctx)):
+            return False  # retried next cycle: the drain is recorded, the signal is not
+        if done in ("done", "recorded"):
+            rec["signalled_at"], rec["signal"] = iso(now), sig
+    requeue_at = (
+        parse_iso(rec["signalled_at"]) + p.grace if rec["signalled_at"] else now
+    ) if interrupt else None  # fmt: skip
+    note = (
+        f"coreburst: {what} for {ev.instance_id} on {node} {now:%Y-%m-%d %H:%M:%SZ}; "
+        + (f"sent SIG{sig} ({p.signal_to}); " if rec["signalled_at"] else "")
+        + (f"requeue by {requeue_at:%H:%M:%SZ}" if requeue_at else "node drained, job runs on")
+    )
+    if not _dry(ctx):
+        for job in jobs:
+            try:
+                slurm.note(job, note)
+            except SlurmError as exc:  # the job may have ended meanwhile
+                act.audit("spot.note-failed", job=job, error=str(exc))
+        watch[ev.instance_id] = rec
+        ctx.state.put(WATCH_KEY, watch)
+    verb = "would drain" if _dry(ctx) else "drained"
+    lines = [
+        f"Why: EC2 {what} for instance {ev.instance_id}.",
+        f"Node *{clip(node, 100)}* {verb} (no new jobs)"
+        + (f"; its jobs were sent SIG{sig} to checkpoint." if rec["signalled_at"] else "."),
+        f"Jobs on it: {_jobs_text(sorted(jobs))}.",
+        (
+            f"They are requeued by {requeue_at:%H:%M:%SZ}, or when the instance goes."
+            if requeue_at
+            else "They run on; the node leaves the pool when the instance goes."
+        ),
+    ]
+    if _dry(ctx):
+        lines.append("Dry-run: nothing was done.")
+    title = f"Spot {'interruption' if interrupt else 'rebalance'}: burst node {node}"
+    ctx.alert(_alert(ev.event_id, node, title, lines, interrupt), timedelta(0))
+    return True
+
+
+def _two_minutes_after(when: str) -> str:
+    """When EC2 acts: two minutes after the warning (the event's ``time``)."""
+    try:
+        at = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except ValueError:
+        return "in two minutes"
+    return f"at {at + timedelta(minutes=2):%H:%M:%SZ}"
+
+
+def _dry(ctx: RuleContext) -> bool:
+    return ctx.cfg.dry_run or ctx.cfg.spot_interruption.dry_run
+
+
+def _drain_queue(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
+    p = ctx.cfg.spot_interruption
+    url = p.queue_url
+    if not url:
+        return
+    sqs = ctx.aws.client("sqs", queue_region(url, ctx.cfg.regions[0]))
+    nodes: dict[str, SlurmNode] | None = None
+    seen: dict[str, str] = dict(ctx.state.get(SEEN_KEY) or {})
+    for receipt, msg_id, body in receive(sqs, url, p.max_batches):
+        ev = parse_event(body)
+        if isinstance(ev, str):
+            ctx.actuator.audit("spot.unreadable", message_id=msg_id, why=ev)
+            ctx.report.errors.append(f"spot-interruption: message {msg_id}: {ev}")
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt)
+            continue
+        if ev.event_id in seen:
+            ctx.actuator.audit("spot.duplicate", event_id=ev.event_id, message_id=msg_id)
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt)
+            continue
+        try:
+            if nodes is None:
+                nodes = slurm.sc.nodes()
+            settled = _handle(ctx, slurm, nodes, ev, watch)
+        except (SlurmError, ClientError, BotoCoreError) as exc:  # left for the next cycle
+            ctx.actuator.audit("spot.retry", event_id=ev.event_id, error=str(exc))
+            ctx.report.errors.append(f"spot-interruption: event {ev.event_id}: {exc}")
+            continue
+        if settled:
+            now = ctx.clock.now()
+            seen = {k: v for k, v in seen.items() if now - parse_iso(v) < SEEN_FOR}
+            seen[ev.event_id] = iso(now)
+            ctx.state.put(SEEN_KEY, seen)
+            sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt)
+
+
+# -- watched nodes ---------------------------------------------------------------------------
+def _live_for(ctx: RuleContext, region: str, node: str) -> bool:
+    """Whether a pending or running instance of the stack carries ``node``'s tag."""
+    b = ctx.cfg.burst_reconcile
+    resp = ctx.aws.client("ec2", region).describe_instances(
+        Filters=[
+            {"Name": f"tag:{b.stack_tag_key}", "Values": [str(b.stack)]},
+            {"Name": f"tag:{b.node_tag_key}", "Values": [node]},
+            {"Name": "instance-state-name", "Values": list(LIVE)},
+        ]
+    )
+    return any(r.get("Instances") for r in resp.get("Reservations", []))
+
+
+def _instance_states(ctx: RuleContext, watch: dict[str, Any]) -> dict[str, str]:
+    """instance -> state; an instance EC2 no longer lists is ``gone``."""
+    out: dict[str, str] = {}
+    by_region: dict[str, list[str]] = {}
+    for iid, rec in watch.items():
+        by_region.setdefault(rec["region"], []).append(iid)
+    for region, ids in by_region.items():
+        ec2 = ctx.aws.client("ec2", region)
+        for iid in ids:  # one by one: a NotFound for one must not hide the others
+            try:
+                resp = ec2.describe_instances(InstanceIds=[iid])
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "InvalidInstanceID.NotFound":
+                    raise
+                out[iid] = "gone"
+                continue
+            insts = [i for r in resp.get("Reservations", []) for i in r.get("Instances", [])]
+            out[iid] = str(insts[0]["State"]["Name"]) if insts else "gone"
+    return out
+
+
+def _requeue(
+    ctx: RuleContext, slurm: Slurm, iid: str, rec: dict[str, Any], gone: bool
+) -> tuple[list[str], bool]:
+    """Requeue the node's interrupted jobs: (requeued job ids, whether all were settled).
+    ``gone``: the warned instance is gone and the node has not booted since, so whatever
+    still runs there has lost it too."""
+    node = rec["node"]
+    candidates: dict[str, int] = dict(rec["jobs"]) if rec["kind"] == "interruption" else {}
+    if gone:
+        for job, restarts in slurm.jobs_on(node).items():
+            candidates.setdefault(job, restarts)
+    requeued, settled = [], True
+    grace = format_duration(ctx.cfg.spot_interruption.grace)
+    why = "its instance is gone" if gone else f"{grace} after the signal"
+    for job, restarts in sorted(candidates.items()):
+        now_state = slurm.job(job)
+        if now_state is None:
+            continue
+        state, now_restarts = now_state
+        if now_restarts != restarts or state not in REQUEUE_STATES:
+            ctx.actuator.audit("spot.job-left", job=job, node=node, state=state,
+                               restarts=now_restarts)  # fmt: skip
+            continue
+        done = _act(
+            ctx, f"spot-requeue:{iid}:{job}:{restarts}", node, "requeue",
+            reason=f"spot {rec['kind']} of {iid}: job {job} requeued ({why})",
+            call=lambda job=job: slurm.requeue(job),  # type: ignore[misc]
+        )  # fmt: skip
+        if done == "done":
+            requeued.append(job)
+            try:
+                slurm.note(
+                    job,
+                    f"coreburst: requeued {ctx.clock.now():%Y-%m-%d %H:%M:%SZ} after the spot "
+                    f"{rec['kind']} of {iid} on {node} ({why})",
+                )
+            except SlurmError as exc:
+                ctx.actuator.audit("spot.note-failed", job=job, error=str(exc))
+        elif done in ("skipped", "failed"):
+            settled = False
+    return requeued, settled
+
+
+def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
+    """Requeue what is due and bring the nodes back to the pool; drop finished records."""
+    if not watch:
+        return
+    p = ctx.cfg.spot_interruption
+    now = ctx.clock.now()
+    states = _instance_states(ctx, watch)
+    nodes = slurm.sc.nodes()
+    for iid, rec in sorted(watch.items()):
+        node = rec["node"]
+        gone = states.get(iid, "gone") not in LIVE
+        sn = nodes.get(node)
+        if (
+            sn is not None
+            and not rec.get("powered_down")
+            and not sn.powered_down
+            and sn.boot_time != rec.get("boot", sn.boot_time)
+        ):  # booted again: another instance, other jobs; nothing here is the warning's
+            ctx.actuator.audit("spot.done", instance_id=iid, node=node,
+                               why=f"node {node} booted again ({sn.boot_time})")  # fmt: skip
+            del watch[iid]
+            ctx.state.put(WATCH_KEY, watch)
+            continue
+        if rec["kind"] == "interruption":
+            start = parse_iso(rec["signalled_at"]) + p.grace if rec["signalled_at"] else now
+            due = gone or now >= start
+        else:
+            due = gone or (sn is not None and sn.powered_down)
+        if not due:
+            continue
+        if not rec.get("requeued_at"):
+            try:
+                requeued, settled = _requeue(ctx, slurm, iid, rec, gone)
+            except SlurmError as exc:
+                ctx.report.errors.append(f"spot-interruption: {node}: {exc}")
+                continue
+            if requeued:
+                ctx.alert(
+                    _alert(
+                        f"{rec['event_id']}:requeued", node,
+                        f"Spot {rec['kind']}: jobs on {node} requeued",
+                        [
+                            f"Instance {iid} " + ("is gone." if gone else "is being interrupted."),
+                            f"Requeued: {_jobs_text(requeued)} (each job's AdminComment says why).",
+                        ],
+                        urgent=False,
+                    ),
+                    timedelta(0),
+                )  # fmt: skip
+            if not settled:
+                continue
+            rec["requeued_at"] = iso(now)
+            ctx.state.put(WATCH_KEY, watch)
+        if sn is None:
+            ctx.actuator.audit("spot.done", instance_id=iid, node=node, why="Slurm has no node")
+            del watch[iid]
+            ctx.state.put(WATCH_KEY, watch)
+            continue
+        if not sn.powered_down:
+            done = _act(
+                ctx, f"spot-power-down:{iid}", node, "power-down",
+                reason=f"spot {rec['kind']} of {iid}: node powered down, its instance ended",
+                call=lambda node=node: slurm.power_down(node),  # type: ignore[misc]
+            )  # fmt: skip
+            if done in ("done", "recorded"):
+                rec["powered_down"] = True
+                ctx.state.put(WATCH_KEY, watch)
+            continue
+        if sn.states & {"POWERING_DOWN", "POWER_DOWN"}:
+            continue  # next cycle, once Slurm has it powered down
+        if "DRAIN" in sn.states and sn.reason.startswith(REASON_PREFIX) and iid in sn.reason:
+            _act(
+                ctx, f"spot-undrain:{iid}", node, "return-to-pool",
+                reason=f"spot {rec['kind']} of {iid} is over: node back to the pool",
+                call=lambda node=node: slurm.undrain(node),  # type: ignore[misc]
+            )  # fmt: skip
+            continue
+        ctx.actuator.audit("spot.returned", instance_id=iid, node=node, kind=rec["kind"])
+        ctx.alert(
+            _alert(
+                f"{rec['event_id']}:returned", node, f"Burst node {node} back in the pool",
+                [f"The spot {rec['kind']} of {iid} is over: the node is powered down and "
+                 "schedulable again (a new instance launches when a job needs it)."],
+                urgent=False,
+            ),
+            timedelta(0),
+        )  # fmt: skip
+        del watch[iid]
+        ctx.state.put(WATCH_KEY, watch)
+
+
+def run(ctx: RuleContext) -> None:
+    if not ctx.actuator.leader:
+        return  # a standby leaves the queue to the leader
+    why = ctx.actuator.gate()
+    if why is not None and why != "dry-run":
+        ctx.actuator.audit("spot.deferred", because=why)
+        return
+    b = ctx.cfg.burst_reconcile
+    slurm = Slurm(Scontrol(b.slurm_bin_dir, b.slurm_conf, b.slurm_timeout_s))
+    watch: dict[str, Any] = dict(ctx.state.get(WATCH_KEY) or {})
+    _drain_queue(ctx, slurm, watch)
+    if not _dry(ctx):
+        _settle(ctx, slurm, watch)
+
+
+RULE = Rule(
+    name="spot-interruption",
+    description=(
+        "On EC2's spot interruption warning (EventBridge -> SQS) drain the burst node, signal "
+        "its jobs to checkpoint and requeue them after a grace or when the instance goes; on a "
+        "rebalance recommendation drain and notify; the node then returns to the pool."
+    ),
+    params=SpotInterruptionConfig,
+    # What ``receive``, ``_drain_queue``, ``_lookup`` and ``_instance_states`` call.
+    iam_actions=("ec2:DescribeInstances", "sqs:DeleteMessage", "sqs:ReceiveMessage"),
+    section=lambda c: c.spot_interruption,
+    enabled=lambda c: c.spot_interruption.enabled and c.spot_interruption.queue_url is not None,
+    run=run,
+    example=(
+        "spot_interruption: {enabled: true, queue_url: "
+        "https://sqs.us-east-1.amazonaws.com/123456789012/spot-events, signal: USR1, "
+        "signal_to: batch, grace: 90s}"
+    ),
+)

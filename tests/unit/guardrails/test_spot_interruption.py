@@ -1,0 +1,573 @@
+"""The ``spot-interruption`` rule on moto (in process: SQS and EC2) with fake Slurm tools made
+here (``scontrol``, ``squeue``, ``scancel``: they record their argv and answer from files),
+run by the daemon (its gate: dry-run, kill switch, leader lease, audit, run-once intents). The
+real slurmctld is in tests/integration/burst/test_spot_interruption.py.
+
+The events are the examples AWS publishes (tests/fixtures/aws/events/: Amazon EC2 User Guide,
+"Spot Instance interruption notices" and "EC2 instance rebalance recommendations"), with the
+instance id of an instance launched on moto. IAM actions are ``<service>:<Operation>`` of
+botocore's service models ("Actions defined by Amazon SQS" / "... Amazon EC2", Service
+Authorization Reference).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import stat
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.session
+import pytest
+from moto import mock_aws
+
+from coreburst.sandbox.clocks import FakeClock
+from guardrails.adapters.aws import Aws
+from guardrails.config import ConfigError, parse_config
+from guardrails.daemon import Daemon
+from guardrails.rules import REGISTRY
+from guardrails.rules.spot_interruption import REASON_PREFIX, WATCH_KEY, SpotEvent, parse_event
+from guardrails.stores.sqlite import State
+from tests.unit.guardrails.test_burst_reconcile import AMI, node_line
+
+EVENTS = Path(__file__).resolve().parents[2] / "fixtures" / "aws" / "events"
+T0 = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)
+
+FAKE_TOOL = """#!{python}
+# A fake Slurm client made for these tests (not Slurm), installed as scontrol, squeue and
+# scancel: it records its name and argv, answers "scontrol -o show nodes" with nodes.txt,
+# "scontrol -o show job N" with job-N.txt (or Slurm's "Invalid job id specified" error),
+# squeue with squeue.txt, and every other call with nothing.
+import json, pathlib, sys
+here = pathlib.Path(sys.argv[0]).parent
+tool, args = pathlib.Path(sys.argv[0]).name, sys.argv[1:]
+with open(here / "calls.jsonl", "a") as f:
+    f.write(json.dumps([tool, *args]) + "\\n")
+def show(name):
+    p = here / name
+    print(p.read_text() if p.exists() else "", end="")
+if tool == "scontrol" and args[:3] == ["-o", "show", "nodes"]:
+    show("nodes.txt")
+elif tool == "scontrol" and args[:3] == ["-o", "show", "job"]:
+    if not (here / f"job-{{args[3]}}.txt").exists():
+        print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
+        sys.exit(1)
+    show(f"job-{{args[3]}}.txt")
+elif tool == "squeue":
+    show("squeue.txt")
+"""
+
+
+def job_line(job: str, state: str, restarts: int, node: str = "sp-1") -> str:
+    """One line of ``scontrol -o show job`` on Slurm 22.05 (fields in its order; made up here
+    from that format, trimmed)."""
+    return (
+        f"JobId={job} JobName=train UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A "
+        f"Priority=1 Nice=0 Account=ml QOS=normal JobState={state} Reason=None Dependency=(null) "
+        f"Requeue=1 Restarts={restarts} BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:03:00 "
+        f"TimeLimit=00:10:00 Partition=spot NodeList={node} BatchHost={node} NumNodes=1"
+    )
+
+
+class FakeSlurm:
+    def __init__(self, bin_dir: Path) -> None:
+        self.dir = bin_dir
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        for tool in ("scontrol", "squeue", "scancel"):
+            exe = bin_dir / tool
+            exe.write_text(FAKE_TOOL.format(python=sys.executable))
+            exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+
+    def node(self, state: str, reason: str = "", boot: str = "2026-12-04T00:50:00") -> None:
+        lines = [node_line("sp-1", state, reason, boot), node_line("core1", "IDLE")]
+        (self.dir / "nodes.txt").write_text("".join(f"{ln}\n" for ln in lines))
+
+    def jobs(self, **jobs: tuple[str, int]) -> None:
+        """Jobs on sp-1: id -> (state, restarts); squeue lists the running ones."""
+        rows = ""
+        for job, (state, restarts) in jobs.items():
+            jid = job.lstrip("j")
+            (self.dir / f"job-{jid}.txt").write_text(job_line(jid, state, restarts) + "\n")
+            if state == "RUNNING":
+                rows += f"{jid:<40} {restarts:<12} \n"
+        (self.dir / "squeue.txt").write_text(rows)
+
+    def calls(self) -> list[list[str]]:
+        path = self.dir / "calls.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    def writes(self) -> list[list[str]]:
+        """Every call that changes Slurm: scontrol update/requeue, scancel."""
+        return [c for c in self.calls() if c[0] == "scancel" or c[1:2] in (["update"], ["requeue"])]
+
+    def clear(self) -> None:
+        (self.dir / "calls.jsonl").unlink(missing_ok=True)
+
+
+@dataclass
+class World:
+    sqs: Any
+    ec2: Any
+    queue: str
+    slurm: FakeSlurm
+    tmp: Path
+    clock: FakeClock
+    called: list[str]
+
+    def config(self, **spot: Any) -> str:
+        section = {"enabled": True, "queue_url": self.queue, "grace": "90s", **spot}
+        return (
+            "rules: [spot-interruption]\ndry_run: false\n"
+            f'state: {{path: "{self.tmp}/s.db", audit_log: "{self.tmp}/a.jsonl"}}\n'
+            "metrics_endpoint: {enabled: false}\n"
+            f'safety: {{kill_switch_file: "{self.tmp}/stop"}}\n'
+            f'burst_reconcile: {{stack: lab, slurm_bin_dir: "{self.slurm.dir}"}}\n'
+            f"spot_interruption: {json.dumps(section)}\n"
+        )
+
+    def launch(self, node: str | None = "sp-1", stack: str = "lab") -> str:
+        tags = [{"Key": "coreburst-stack", "Value": stack}]
+        if node:
+            tags.append({"Key": "coreburst-slurm-node", "Value": node})
+        resp = self.ec2.run_instances(
+            ImageId=AMI, InstanceType="p5.48xlarge", MinCount=1, MaxCount=1,
+            InstanceMarketOptions={"MarketType": "spot"},
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )  # fmt: skip
+        return str(resp["Instances"][0]["InstanceId"])
+
+    def send(self, fixture: str, iid: str, event_id: str = "e-1") -> dict[str, Any]:
+        """The documented event, for ``iid`` in us-east-1, onto the queue as EventBridge
+        delivers it (the event itself is the body)."""
+        event = json.loads((EVENTS / fixture).read_text())
+        event.update(id=event_id, region="us-east-1")
+        event["detail"]["instance-id"] = iid
+        self.sqs.send_message(QueueUrl=self.queue, MessageBody=json.dumps(event))
+        return dict(event)
+
+    def cycle(self, cfg_text: str | None = None, **spot: Any) -> tuple[Any, list[dict[str, Any]]]:
+        cfg = parse_config(cfg_text or self.config(**spot), "g.yaml")
+        log = cfg.state.audit_log
+        before = log.read_text().count("\n") if log.exists() else 0
+        state = State(cfg.state.path)
+        session = boto3.session.Session(region_name="us-east-1")
+        session.events.register(
+            "before-call",
+            lambda model, **_: self.called.append(  # type: ignore[misc]
+                f"{model.service_model.service_name}:{model.name}"
+            ),
+        )
+        d = Daemon(cfg, Aws(cfg.aws, session), state, clock=self.clock)
+        try:
+            report = d.run_cycle()
+        finally:
+            d.close()
+            state.close()
+        return report, [json.loads(x) for x in log.read_text().splitlines()[before:]]
+
+    def instances_live(self, node: str) -> list[str]:
+        resp = self.ec2.describe_instances(
+            Filters=[
+                {"Name": "tag:coreburst-slurm-node", "Values": [node]},
+                {"Name": "instance-state-name", "Values": ["pending", "running"]},
+            ]
+        )
+        return [i["InstanceId"] for r in resp["Reservations"] for i in r["Instances"]]
+
+    def queued(self) -> int:
+        attrs = self.sqs.get_queue_attributes(
+            QueueUrl=self.queue,
+            AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+        )["Attributes"]
+        return int(attrs["ApproximateNumberOfMessages"]) + int(
+            attrs["ApproximateNumberOfMessagesNotVisible"]
+        )
+
+    def state(self) -> State:
+        return State(self.tmp / "s.db")
+
+    def outbox(self) -> list[dict[str, Any]]:
+        st = self.state()
+        try:
+            return [json.loads(r["payload"]) | {"key": r["dedupe_key"]} for r in st.outbox_rows()]
+        finally:
+            st.close()
+
+    def watch(self) -> dict[str, Any]:
+        st = self.state()
+        try:
+            return dict(st.get(WATCH_KEY) or {})
+        finally:
+            st.close()
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE", "COREBURST_KILL_SWITCH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        queue = sqs.create_queue(QueueName="spot-events")["QueueUrl"]
+        slurm = FakeSlurm(tmp_path / "slurm-bin")
+        slurm.node("ALLOCATED+CLOUD")
+        yield World(
+            sqs, boto3.client("ec2", region_name="us-east-1"), queue, slurm, tmp_path,
+            FakeClock(T0), [],
+        )  # fmt: skip
+
+
+def _executed(events: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    return [(e["kind"], e["instance_id"]) for e in events if e["event"] == "action.executed"]
+
+
+def _text(alert: dict[str, Any]) -> str:
+    return json.dumps(alert)
+
+
+# -- the documented events ---------------------------------------------------------------------
+def test_the_documented_events_parse() -> None:
+    warn = parse_event((EVENTS / "spot_interruption_warning.json").read_text())
+    rebal = parse_event((EVENTS / "rebalance_recommendation.json").read_text())
+    assert warn == SpotEvent(
+        "12345678-1234-1234-1234-123456789012", "interruption", "i-1234567890abcdef0",
+        "us-east-2", "2026-12-04T01:00:00Z", "terminate",
+    )  # fmt: skip
+    assert isinstance(rebal, SpotEvent)
+    assert (rebal.kind, rebal.instance_id, rebal.action) == (
+        "rebalance",
+        "i-1234567890abcdef0",
+        "",
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "why"),
+    [
+        ("", "not JSON"),
+        ("[1]", "not a JSON object"),
+        ('{"detail-type": "EC2 Instance State-change Notification"}', "is neither"),
+        ('{"detail-type": "EC2 Instance Rebalance Recommendation", "detail": {}}', "instance-id"),
+        (
+            '{"detail-type": "EC2 Instance Rebalance Recommendation",'
+            ' "detail": {"instance-id": "i-0123456789abcdef0"}}',
+            "id or region missing",
+        ),
+    ],
+)
+def test_malformed_messages_say_why(body: str, why: str) -> None:
+    got = parse_event(body)
+    assert isinstance(got, str) and why in got
+
+
+# -- interruption warning ----------------------------------------------------------------------
+def test_warning_drains_signals_then_requeues_after_grace_and_returns_the_node(
+    world: World,
+) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid)
+
+    report, events = world.cycle()
+    assert report.errors == []
+    reason = f"reason={REASON_PREFIX}interruption {iid}"
+    assert world.slurm.writes()[:2] == [
+        ["scontrol", "update", "nodename=sp-1", "state=drain", reason],
+        ["scancel", "--signal=USR1", "--batch", "42"],
+    ]
+    (note,) = [c for c in world.slurm.writes() if c[1:3] == ["update", "jobid=42"]]
+    assert note[3].startswith("AdminComment=coreburst: spot interruption warning")
+    assert "sent SIGUSR1 (batch); requeue by 01:01:30Z" in note[3]
+    assert "warning (terminate at 01:02:00Z)" in note[3]  # the event's time + 2 min
+    assert _executed(events) == [("drain", "sp-1"), ("signal", "sp-1")]
+    assert world.queued() == 0  # settled: the message is gone
+    (alert,) = world.outbox()
+    assert alert["key"] == "spot:e-1" and "Spot interruption: burst node sp-1" in _text(alert)
+    assert world.watch()[iid]["jobs"] == {"42": 0}
+
+    # Within the grace nothing more happens.
+    world.slurm.clear()
+    world.slurm.node("ALLOCATED+CLOUD+DRAIN", f"{REASON_PREFIX}interruption {iid}")
+    world.clock.advance(timedelta(seconds=60))
+    world.cycle()
+    assert world.slurm.writes() == []
+
+    # After it: the job is requeued (its reason on it) and the node powered down.
+    world.clock.advance(timedelta(seconds=31))
+    report, events = world.cycle()
+    assert report.errors == []
+    assert _executed(events) == [("requeue", "sp-1"), ("power-down", "sp-1")]
+    writes = world.slurm.writes()
+    assert writes[0] == ["scontrol", "requeue", "42"]
+    assert writes[1][3].startswith("AdminComment=coreburst: requeued 2026-12-04 01:01:31Z")
+    assert "(1m30s after the signal)" in writes[1][3]
+    assert writes[2] == ["scontrol", "update", "nodename=sp-1", "state=power_down_force"]
+    assert "jobs on sp-1 requeued" in _text(world.outbox()[-1])
+
+    # Powered down but still drained by us: undrained; then it is back in the pool.
+    world.slurm.clear()
+    world.slurm.jobs(j42=("PENDING", 1))
+    world.slurm.node("IDLE+DRAIN+CLOUD+POWERED_DOWN", f"{REASON_PREFIX}interruption {iid}")
+    _, events = world.cycle()
+    assert _executed(events) == [("return-to-pool", "sp-1")]
+    assert world.slurm.writes() == [["scontrol", "update", "nodename=sp-1", "state=resume"]]
+    world.slurm.node("IDLE+CLOUD+POWERED_DOWN")
+    _, events = world.cycle()
+    assert [e["node"] for e in events if e["event"] == "spot.returned"] == ["sp-1"]
+    assert world.watch() == {}
+    assert "back in the pool" in _text(world.outbox()[-1])
+
+
+def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
+    world: World,
+) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j7=("RUNNING", 0), j8=("RUNNING", 2))
+    world.send("spot_interruption_warning.json", iid)
+    world.cycle(grace="10m")
+    world.slurm.clear()
+    # Job 8 was requeued meanwhile by someone else and runs elsewhere (its restart count
+    # moved on); job 7 still runs on sp-1. EC2 takes the instance.
+    world.slurm.jobs(j7=("RUNNING", 0))
+    (world.slurm.dir / "job-8.txt").write_text(job_line("8", "RUNNING", 3, node="sp-2") + "\n")
+    world.ec2.terminate_instances(InstanceIds=[iid])
+    _, events = world.cycle(grace="10m")
+    assert [c for c in world.slurm.writes() if c[1] == "requeue"] == [["scontrol", "requeue", "7"]]
+    left = [e for e in events if e["event"] == "spot.job-left"]
+    assert [(e["job"], e["restarts"]) for e in left] == [("8", 3)]
+    assert "its instance is gone" in next(
+        c[3] for c in world.slurm.writes() if c[1:3] == ["update", "jobid=7"]
+    )
+
+
+def test_a_node_booted_again_is_never_touched_for_the_old_instance(world: World) -> None:
+    """Between the warning and the requeue the node got a new instance (a new boot): the jobs
+    on it now are not the warned instance's. A late warning for an instance already gone,
+    while another instance carries the node, is left alone too."""
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid)
+    world.cycle(grace="10m")
+    world.ec2.terminate_instances(InstanceIds=[iid])
+    new = world.launch()
+    world.slurm.clear()
+    world.slurm.node("ALLOCATED+CLOUD", boot="2026-12-04T01:05:00")
+    world.slurm.jobs(j43=("RUNNING", 0))
+    _, events = world.cycle(grace="10m")
+    assert world.slurm.writes() == []
+    assert [e["why"] for e in events if e["event"] == "spot.done"] == [
+        "node sp-1 booted again (2026-12-04T01:05:00)"
+    ]
+    assert world.watch() == {}
+
+    world.send("spot_interruption_warning.json", iid, event_id="late")
+    _, events = world.cycle(grace="10m")
+    assert world.slurm.writes() == []
+    (ignored,) = [e for e in events if e["event"] == "spot.ignored"]
+    assert ignored["instance_id"] == iid and "has another" in ignored["why"]
+    assert world.instances_live("sp-1") == [new]
+
+
+def test_a_duplicate_event_acts_once(world: World) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid, event_id="dup")
+    world.cycle()
+    world.slurm.clear()
+    world.send("spot_interruption_warning.json", iid, event_id="dup")  # delivered again
+    _, events = world.cycle()
+    assert world.slurm.writes() == []
+    assert [e["event_id"] for e in events if e["event"] == "spot.duplicate"] == ["dup"]
+    assert world.queued() == 0
+
+
+def test_a_failing_drain_leaves_the_message_for_the_next_cycle(world: World) -> None:
+    iid = world.launch()
+    (world.slurm.dir / "scontrol").write_text(
+        f"#!{sys.executable}\nimport sys\n"
+        "if 'update' in sys.argv: sys.exit(print('slurm_update error: Unable to contact slurm "
+        "controller', file=sys.stderr) or 1)\n"
+        "print(open(__file__.rsplit('/', 1)[0] + '/nodes.txt').read(), end='')\n"
+    )
+    world.send("spot_interruption_warning.json", iid)
+    report, events = world.cycle()
+    assert any("Unable to contact slurm controller" in e for e in report.errors)
+    assert world.queued() == 1 and world.watch() == {}
+    assert [e["event"] for e in events if e["event"].startswith("action.")] == ["action.failed"]
+
+
+# -- rebalance ---------------------------------------------------------------------------------
+def test_rebalance_drains_and_notifies_without_signal_or_requeue(world: World) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("rebalance_recommendation.json", iid)
+    _, events = world.cycle()
+    assert _executed(events) == [("drain", "sp-1")]
+    assert not [c for c in world.slurm.calls() if c[0] == "scancel"]
+    (alert,) = world.outbox()
+    assert "Spot rebalance: burst node sp-1" in _text(alert) and "run on" in _text(alert)
+    world.slurm.clear()
+    world.clock.advance(timedelta(hours=1))
+    world.cycle()
+    assert world.slurm.writes() == []  # the job runs on; no grace for a rebalance
+
+    # The warning follows: now the job is signalled (the drain reason says interruption).
+    world.send("spot_interruption_warning.json", iid, event_id="e-2")
+    world.slurm.node("ALLOCATED+CLOUD+DRAIN", f"{REASON_PREFIX}rebalance {iid}")
+    _, events = world.cycle()
+    assert _executed(events) == [("drain", "sp-1"), ("signal", "sp-1")]
+
+
+def test_rebalance_signal_is_configurable(world: World) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("rebalance_recommendation.json", iid)
+    world.cycle(rebalance_signal=True, signal="TERM", signal_to="full")
+    assert ["scancel", "--signal=TERM", "--full", "42"] in world.slurm.writes()
+
+
+# -- safety ------------------------------------------------------------------------------------
+def test_rule_dry_run_reports_and_changes_nothing(world: World) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid)
+    _, events = world.cycle(dry_run=True)
+    assert world.slurm.writes() == []
+    skipped = [e for e in events if e["event"] == "action.skipped"]
+    assert {e["because"] for e in skipped} == {"spot_interruption.dry_run"}
+    assert [e["kind"] for e in skipped] == ["drain", "signal"]
+    (alert,) = world.outbox()
+    assert "would drain" in _text(alert) and "Dry-run: nothing was done." in _text(alert)
+    assert world.queued() == 0 and world.watch() == {}
+
+
+def test_kill_switch_leaves_the_queue_to_later(world: World) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid)
+    (world.tmp / "stop").touch()
+    _, events = world.cycle()
+    assert world.slurm.calls() == []
+    assert [e["because"] for e in events if e["event"] == "spot.deferred"] == [
+        f"kill switch: {world.tmp}/stop exists"
+    ]
+    assert world.queued() == 1  # never received: still visible to the next cycle
+    (world.tmp / "stop").unlink()
+    _, events = world.cycle()
+    assert _executed(events) == [("drain", "sp-1"), ("signal", "sp-1")]
+
+
+def test_a_cap_reached_before_the_signal_keeps_the_message_and_requeues_nothing(
+    world: World,
+) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid)
+    capped = world.config().replace("safety: {", "safety: {max_actions_per_cycle: 1, ")
+    _, events = world.cycle(capped)
+    assert _executed(events) == [("drain", "sp-1")]
+    (skipped,) = [e for e in events if e["event"] == "action.skipped"]
+    assert skipped["kind"] == "signal" and "cap of 1" in skipped["because"]
+    # Not settled: no watch record (so no requeue without the signal), the message stays.
+    assert world.watch() == {} and world.queued() == 1
+    assert [c for c in world.slurm.writes() if c[0] == "scancel" or c[1] == "requeue"] == []
+
+
+@pytest.mark.parametrize(
+    ("node", "stack"),
+    [(None, "lab"), ("sp-1", "other-stack")],
+    ids=["no-node-tag", "other-stack"],
+)
+def test_an_instance_that_is_no_burst_node_is_left_alone(
+    world: World, node: str | None, stack: str
+) -> None:
+    iid = world.launch(node, stack)
+    world.send("spot_interruption_warning.json", iid)
+    _, events = world.cycle()
+    assert world.slurm.writes() == []
+    assert [e["instance_id"] for e in events if e["event"] == "spot.ignored"] == [iid]
+    assert world.queued() == 0
+
+
+def test_an_unreadable_message_is_reported_and_dropped(world: World) -> None:
+    world.sqs.send_message(QueueUrl=world.queue, MessageBody="\udcff not json".encode(
+        "utf-8", "surrogateescape").decode("latin-1"))  # fmt: skip
+    report, events = world.cycle()
+    assert [e["why"] for e in events if e["event"] == "spot.unreadable"] == ["not JSON"]
+    assert report.errors and world.queued() == 0 and world.slurm.calls() == []
+
+
+def test_declares_exactly_the_aws_calls_it_makes(world: World) -> None:
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    world.send("spot_interruption_warning.json", iid)
+    world.called.clear()
+    world.cycle()
+    world.ec2.terminate_instances(InstanceIds=[iid])
+    world.cycle()
+    mine = {c for c in world.called if c.startswith(("sqs:", "ec2:DescribeInstances"))}
+    session = botocore.session.get_session()
+    for call in mine:
+        service, _, op = call.partition(":")
+        assert op in session.get_service_model(service).operation_names
+    assert mine == set(REGISTRY["spot-interruption"].iam_actions)
+
+
+# -- config ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("section", "message"),
+    [
+        ("{signal: KILL}", "spot_interruption.signal: Input should be 'USR1'"),
+        ("{signal_to: children}", "spot_interruption.signal_to: Input should be 'batch'"),
+        ("{grace: 1s}", "spot_interruption.grace: 1s is out of range; allowed 5s to 10m"),
+        ("{enabled: true, queue_url: https://x}", "needs burst_reconcile.stack"),
+    ],
+)
+def test_bad_config_is_one_line_naming_the_key(section: str, message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(f"spot_interruption: {section}\n", "g.yaml")
+    text = str(err.value)
+    assert message in text and "\n" not in text, text
+
+
+# -- the stack: EventBridge rules, the queue and the role --------------------------------------
+def test_the_stack_routes_both_events_to_the_queue_and_grants_only_it() -> None:
+    from infra.offline import FAKE_ACCOUNT, evaluate_config, load_stack_yaml
+
+    ev = evaluate_config("prod", copy.deepcopy(load_stack_yaml("prod")))
+    patterns = sorted(
+        json.loads(ev.named(f"guardrails-spot-{k}").inputs["eventPattern"])["detail-type"][0]
+        for k in ("interruption", "rebalance")
+    )
+    # The detail-types and source the Amazon EC2 User Guide gives for the two events.
+    assert patterns == [
+        "EC2 Instance Rebalance Recommendation",
+        "EC2 Spot Instance Interruption Warning",
+    ]
+    for k in ("interruption", "rebalance"):
+        pattern = json.loads(ev.named(f"guardrails-spot-{k}").inputs["eventPattern"])
+        assert pattern["source"] == ["aws.ec2"]
+        target = ev.named(f"guardrails-spot-{k}-to-queue").inputs
+        assert ":sqs:" in target["arn"] and "spot-events" in target["arn"]
+    (send,) = json.loads(ev.named("guardrails-spot-events-policy").inputs["policy"])["Statement"]
+    assert send["Principal"] == {"Service": "events.amazonaws.com"}
+    assert send["Action"] == "sqs:SendMessage"
+    sources = send["Condition"]["ArnEquals"]["aws:SourceArn"]
+    # Only the two rules may send (their ARNs; the offline mocks make up the ARN's form).
+    names = {s.rsplit(":", 1)[-1].rsplit("/", 1)[-1] for s in sources}
+    assert names == {"guardrails-spot-interruption", "guardrails-spot-rebalance"}, sources
+    assert all(FAKE_ACCOUNT in s for s in sources)
+    policy = json.loads(ev.named("guardrails-role-policy").inputs["policy"])
+    spot_arn = send["Resource"]
+    on_queue = [s for s in policy["Statement"] if spot_arn in json.dumps(s["Resource"])]
+    assert [sorted(s["Action"]) for s in on_queue] == [["sqs:DeleteMessage", "sqs:ReceiveMessage"]]
+    for stmt in policy["Statement"]:  # no SQS grant on "*"
+        acts = stmt["Action"] if isinstance(stmt["Action"], list) else [stmt["Action"]]
+        assert stmt["Resource"] != "*" or not [a for a in acts if a.startswith("sqs:")], stmt
