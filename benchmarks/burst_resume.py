@@ -19,10 +19,19 @@ launched
    its wall time including interpreter and import start-up. The target: CreateFleet calls
    <= ceil(N / 500) per pool; DescribeInstances, CreateTags (one per instance, 16 in
    parallel) are printed as they are. ``nodeAddress: registration`` (no scontrol call).
+3. ``scale N`` (default 1,000): the resume program in-process for N nodes with EC2 behind
+   coreburst/sandbox/ec2faults.py: every action throttled at the token-bucket sizes and refill
+   rates the EC2 Developer Guide documents ("Request throttling for the Amazon EC2 API";
+   CreateTags 100 + 10/s), each instance unknown for ``--hide-s`` seconds after launch and
+   described without its private IP ``--no-ip-reads`` times ("Eventual consistency in the
+   Amazon EC2 API"). ``nodeAddress: private-ip``; scontrol is recorded, not run (no
+   slurmctld here). Prints, per operation, the client's API calls, the HTTP requests EC2 saw,
+   how many were throttled (503 RequestLimitExceeded) or answered as not yet visible; the wall
+   time; and how many nodes got their address (checked against moto's own view).
 
-$ python benchmarks/burst_resume.py                      # lab (if root + Slurm) and 64, 500
+$ python benchmarks/burst_resume.py                      # lab (if root + Slurm), 64, 500, scale
 $ python benchmarks/burst_resume.py --sizes 64,500,1000 --runs 3
-$ python benchmarks/burst_resume.py --no-lab
+$ python benchmarks/burst_resume.py --no-lab --sizes '' --scale 1000
 """
 
 from __future__ import annotations
@@ -35,6 +44,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from datetime import datetime
@@ -45,8 +55,10 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from coreburst.burst.config import load_burst_stack  # noqa: E402
+from coreburst.burst.ec2io import client_config  # noqa: E402
 from coreburst.burst.hostlist import expand  # noqa: E402
 from coreburst.burst.power import FLEET_BATCH, Audit, Power, Scontrol  # noqa: E402
+from coreburst.sandbox.ec2faults import Ec2Faults  # noqa: E402
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session  # noqa: E402
 from coreburst.sandbox.slurmlab import BurstLab, missing_prerequisite, start_burst_lab  # noqa: E402
 
@@ -210,6 +222,9 @@ def bench_resume(moto: MotoProcess, n: int, work: Path) -> dict[str, Any]:
 
     moto.reset()
     _templates(fake_session().client("ec2", endpoint_url=moto.url))
+    # The in-process run's claims name instances the reset removed; a fresh EC2, fresh claims.
+    power.claims.close()
+    stack.settings.audit_log.with_name("burst-claims.sqlite").unlink()
     env = {
         **os.environ,
         "AWS_ENDPOINT_URL": moto.url,
@@ -238,11 +253,123 @@ def bench_resume(moto: MotoProcess, n: int, work: Path) -> dict[str, Any]:
     }
 
 
+# -- part 3: 1,000 nodes under throttling and delayed visibility --------------------------
+class RecordingSlurm:
+    """Made up for this benchmark (no slurmctld here): records scontrol argv; the
+    integration suite runs these commands against a real slurmctld."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def scontrol(self, *args: str) -> str:
+        self.calls.append(args)
+        return ""
+
+    def addresses(self) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for c in self.calls:
+            if len(c) > 2 and c[2].startswith("nodeaddr="):
+                names = c[1].removeprefix("nodename=").split(",")
+                out.update(zip(names, c[2].removeprefix("nodeaddr=").split(","), strict=True))
+        return out
+
+
+def bench_scale(moto: MotoProcess, n: int, work: Path, hide_s: float, no_ip_reads: int) -> bool:
+    d = work / f"scale{n}"
+    d.mkdir()
+    stack_yaml = BENCH_STACK.format(nodes=n, dir=d).replace(
+        "nodeAddress: registration", "nodeAddress: private-ip"
+    )
+    (d / "Pulumi.bench.yaml").write_text(stack_yaml)
+    stack = load_burst_stack("bench", d)
+    moto.reset()
+    _templates(fake_session().client("ec2", endpoint_url=moto.url))
+    faults = Ec2Faults(moto.url, hide_s=hide_s, no_ip_reads=no_ip_reads).start()
+    try:
+        ec2 = fake_session().client("ec2", endpoint_url=faults.url, config=client_config())
+        api: Counter[str] = Counter()
+        span: dict[str, list[float]] = {}  # operation -> [first call's start, last one's end]
+        busy: Counter[str] = Counter()  # operation -> seconds in calls (threads overlap)
+        started = threading.local()
+
+        def count(model: Any, **_: Any) -> None:
+            api[model.name] += 1
+            started.t = time.perf_counter()
+            span.setdefault(model.name, [started.t, 0.0])
+
+        def done(model: Any, **_: Any) -> None:
+            now = time.perf_counter()
+            span[model.name][1] = now
+            busy[model.name] += now - started.t
+
+        ec2.meta.events.register("before-call.ec2", count)
+        ec2.meta.events.register("after-call.ec2", done)
+        ec2.meta.events.register("after-call-error.ec2", done)
+        slurm = RecordingSlurm()
+        power = Power(stack, ec2, slurm, Audit(d / "audit.jsonl"))
+        t0 = time.perf_counter()
+        result = power.resume(f"od-[1-{n}]", None)
+        wall = time.perf_counter() - t0
+    finally:
+        faults.stop()
+    truth_resp = fake_session().client("ec2", endpoint_url=moto.url).describe_instances()
+    truth = {i["InstanceId"]: i for r in truth_resp["Reservations"] for i in r["Instances"]}
+    told = slurm.addresses()
+    right = sum(
+        1
+        for node, iid in result.launched.items()
+        if told.get(node) == truth[iid].get("PrivateIpAddress")
+    )
+    tagged = sum(
+        1
+        for node, iid in result.launched.items()
+        if {t["Key"]: t["Value"] for t in truth[iid].get("Tags", [])}.get(power.node_tag) == node
+    )
+    fleet_target = math.ceil(n / FLEET_BATCH)
+    print(
+        f"scale: {n} nodes, one on-demand pool, EC2 on moto server behind ec2faults "
+        f"(documented buckets; unknown for {hide_s:g} s after launch; "
+        f"no private IP in the first {no_ip_reads} descriptions)"
+    )
+    print(
+        f"  {'operation':<24} {'API calls':>9} {'HTTP requests':>13} {'throttled':>9} "
+        f"{'not visible':>11}  {'from s':>6}  {'to s':>6}  {'s/call':>6}"
+    )
+    for op in sorted(set(api) | set(faults.calls), key=lambda o: span.get(o, [0.0])[0]):
+        first, last = span.get(op, [t0, t0])
+        print(
+            f"  {op:<24} {api[op]:>9} {faults.calls[op]:>13} {faults.throttled[op]:>9} "
+            f"{faults.hidden[op]:>11}  {first - t0:>6.1f}  {last - t0:>6.1f}  "
+            f"{busy[op] / max(1, api[op]):>6.2f}"
+        )
+    fleet = api["CreateFleet"]
+    ok = (
+        fleet <= fleet_target
+        and len(result.launched) == n
+        and right == n
+        and tagged == n
+        and not result.failed
+    )
+    print(
+        f"  wall time {wall:.1f} s; CreateFleet {fleet} {'✓' if fleet <= fleet_target else '✗'} "
+        f"(≤{fleet_target}); launched {len(result.launched)}/{n}; node tag set {tagged}/{n}; "
+        f"address set (= moto's PrivateIpAddress) {right}/{n}; failed {len(result.failed)}"
+    )
+    return ok
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--sizes", default="64,500", help="node counts for the resume program")
     ap.add_argument("--runs", type=int, default=2, help="lab runs (submit → running)")
     ap.add_argument("--no-lab", action="store_true", help="skip the real-Slurm part")
+    ap.add_argument(
+        "--scale", type=int, default=1000, help="nodes under throttling and delay (0: skip)"
+    )
+    ap.add_argument("--hide-s", type=float, default=5.0, help="seconds a new instance is unknown")
+    ap.add_argument(
+        "--no-ip-reads", type=int, default=2, help="descriptions of a new instance without its IP"
+    )
     args = ap.parse_args()
     sizes = [int(x) for x in args.sizes.split(",") if x]
     if not args.no_lab:
@@ -251,11 +378,13 @@ def main() -> int:
     ok = True
     try:
         with tempfile.TemporaryDirectory(prefix="coreburst-bench-resume-") as tmp:
-            print("resume program: one on-demand pool, EC2 on moto server")
-            print(
-                f"  {'nodes':>5}  {'in-process s':>12}  {'process s':>9}  {'CreateFleet':>11}  "
-                f"{'DescribeInstances':>17}  {'CreateTags':>10}  other calls"
-            )
+            if sizes:
+                print("resume program: one on-demand pool, EC2 on moto server")
+                print(
+                    f"  {'nodes':>5}  {'in-process s':>12}  {'process s':>9}  "
+                    f"{'CreateFleet':>11}  {'DescribeInstances':>17}  {'CreateTags':>10}  "
+                    "other calls"
+                )
             for n in sizes:
                 r = bench_resume(moto, n, Path(tmp))
                 c = dict(r["calls"])
@@ -269,6 +398,8 @@ def main() -> int:
                     f"{fleet:>7} {'✓' if good else '✗'} (≤{r['fleet_target']})"
                     f"  {desc:>17}  {tags:>10}  {c or '-'}"
                 )
+            if args.scale:
+                ok &= bench_scale(moto, args.scale, Path(tmp), args.hide_s, args.no_ip_reads)
     finally:
         moto.stop()
     return 0 if ok else 1

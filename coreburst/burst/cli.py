@@ -152,7 +152,9 @@ def _power(stack: str, stack_dir: Path) -> Power:
 
     s = _stack(stack, stack_dir)
     audit = _setup_logs(s)
-    ec2 = boto3.session.Session(region_name=s.config.region).client("ec2")
+    from coreburst.burst.ec2io import client_config  # adaptive retries (throttling)
+
+    ec2 = boto3.session.Session(region_name=s.config.region).client("ec2", config=client_config())
     return Power(s, ec2, Scontrol(), audit)
 
 

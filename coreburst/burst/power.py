@@ -34,7 +34,6 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from coreburst.burst import ec2io
 from coreburst.burst.claims import Batch, Claims, new_token
 from coreburst.burst.config import BurstStack, GateLimits, gate_limits
 from coreburst.burst.cost import slurm_hours
@@ -480,40 +480,80 @@ class Power:
         result.launched.update(got)
 
     def _tag_nodes(self, got: dict[str, str]) -> None:
-        """One CreateTags per instance (each carries its own node name), in parallel: 500
-        sequential calls would take most of a minute on EC2. boto3 clients are thread-safe.
-        Until its tag lands an instance carries only the stack, cluster and launch tags (an
-        orphan to the reconciler if no run takes its batch over)."""
-
-        def tag(item: tuple[str, str]) -> None:
-            node, iid = item
-            self.ec2.create_tags(Resources=[iid], Tags=[{"Key": self.node_tag, "Value": node}])
-
-        with ThreadPoolExecutor(max_workers=TAG_WORKERS) as pool:
-            list(pool.map(tag, got.items()))
+        """One CreateTags per instance (each carries its own node name), in parallel, each
+        retried on throttling and on an id EC2 does not show yet until a deadline
+        (coreburst/burst/ec2io.py). Until its tag lands an instance carries only the stack,
+        cluster and launch tags. A node whose tag never landed leaves ``got`` (its claim is
+        not recorded): it is failed back to Slurm with the error code and its instance
+        terminated, since suspend and the reconciler find instances by that tag."""
+        deadline = ec2io.deadline("tags", len(got), self.stack.settings.resume_timeout)
+        res = ec2io.tag_nodes(
+            self.ec2, got, self.node_tag, deadline_s=deadline, workers=TAG_WORKERS
+        )
+        if res.counts.throttled or res.counts.not_found:
+            log.info(
+                "CreateTags: %d calls for %d instances (%d throttled, %d not found yet)",
+                res.counts.calls, len(got), res.counts.throttled, res.counts.not_found,
+            )  # fmt: skip
+        if not res.failed:
+            return
+        ids = [got.pop(n) for n in res.failed]
+        log.error(
+            "node tag not set on %s within %.0fs (%s): failing them, terminating %s",
+            compress(res.failed), deadline, ",".join(sorted(set(res.failed.values()))), ids,
+        )  # fmt: skip
+        self.audit("resume.untagged", nodes=compress(res.failed), instances=sorted(ids))
+        try:
+            self._terminate(ids)
+        except (ClientError, BotoCoreError) as exc:  # untagged: the reconciler's orphan later
+            log.error("cannot terminate untagged %s: %s", ids, exc)
+        self.fail_nodes({n: f"CreateTags:{code}" for n, code in res.failed.items()})
 
     def tell_addresses(self, node_ids: dict[str, str]) -> None:
+        """Tell Slurm each node's private IP and DNS name, read until EC2 shows every instance
+        with one (eventual consistency: coreburst/burst/ec2io.py); each round's finds go to
+        Slurm at once. A node still without an address at the deadline is never left unset
+        silently: it is logged, audited (``resume.no_address``), its instance terminated and
+        the node failed back to Slurm with the reason (``InstanceNotVisible``,
+        ``NoPrivateIpAddress``, or the error code)."""
         if self.stack.settings.node_address != "private-ip" or not node_ids:
             return
-        by_id: dict[str, dict[str, Any]] = {}
-        for chunk in _chunks(list(node_ids.values()), FILTER_VALUES_MAX):
-            for page in self.ec2.get_paginator("describe_instances").paginate(InstanceIds=chunk):
-                for res in page["Reservations"]:
-                    for inst in res["Instances"]:
-                        by_id[inst["InstanceId"]] = inst
-        rows = []
-        for node, iid in node_ids.items():
-            inst = by_id.get(iid, {})
-            ip = inst.get("PrivateIpAddress")
-            if ip:
-                rows.append((node, ip, inst.get("PrivateDnsName") or ip))
-        for chunk in _chunks(rows, 100):
-            self.slurm.scontrol(
-                "update",
-                "nodename=" + ",".join(r[0] for r in chunk),
-                "nodeaddr=" + ",".join(r[1] for r in chunk),
-                "nodehostname=" + ",".join(r[2] for r in chunk),
-            )
+
+        def tell(found: dict[str, tuple[str, str]]) -> None:
+            rows = [(n, *found[n]) for n in node_ids if n in found]  # the caller's order
+            for chunk in _chunks(rows, 100):
+                self.slurm.scontrol(
+                    "update",
+                    "nodename=" + ",".join(r[0] for r in chunk),
+                    "nodeaddr=" + ",".join(r[1] for r in chunk),
+                    "nodehostname=" + ",".join(r[2] for r in chunk),
+                )
+
+        deadline = ec2io.deadline("addresses", len(node_ids), self.stack.settings.resume_timeout)
+        res = ec2io.read_addresses(self.ec2, node_ids, deadline_s=deadline, report=tell)
+        if res.rounds > 1:
+            log.info(
+                "addresses of %d instances read in %d rounds (%d DescribeInstances calls)",
+                len(node_ids), res.rounds, res.counts.calls,
+            )  # fmt: skip
+        if not res.missing:
+            return
+        ids = [node_ids[n] for n in res.missing]
+        log.error(
+            "no private address for %s after %.0fs (%s): failing them, terminating %s",
+            compress(res.missing), deadline, ",".join(sorted(set(res.missing.values()))), ids,
+        )  # fmt: skip
+        self.audit(
+            "resume.no_address",
+            nodes=compress(res.missing),
+            instances=sorted(ids),
+            reasons=sorted(set(res.missing.values())),
+        )
+        try:
+            self._terminate(ids)
+        except (ClientError, BotoCoreError) as exc:  # tagged: suspend and the reconciler end it
+            log.error("cannot terminate %s: %s", ids, exc)
+        self.fail_nodes(res.missing)
 
     def note_jobs(self, jobs: Iterable[str], text: str) -> None:
         """Say on each job why it waits (``scontrol show job`` shows ``AdminComment=``; only
