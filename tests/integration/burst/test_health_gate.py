@@ -216,6 +216,10 @@ def test_a_scheduled_event_drains_the_node_then_requeues_before_the_event(lab: B
         lab.wait("short job done", lambda: _job(lab, short)["JobState"] == "COMPLETED", 40)
         assert _job(lab, short)["Restarts"] == "0"
         lab.wait("od-1's instance replaced", lambda: iid1 not in lab.instances("od-1"), 30)
+        idle_again = ["IDLE", "CLOUD", "POWERED_DOWN"]  # idle~: the drain is gone with it
+        lab.wait(
+            "od-1 back in the pool", lambda: slurm.node_state("od-1").split("+") == idle_again, 30
+        )
 
         # od-2's event moves inside the 30 min margin: its job is requeued, the instance goes.
         proxy.events[iid2] = datetime.now(UTC) + timedelta(minutes=10)
@@ -224,6 +228,9 @@ def test_a_scheduled_event_drains_the_node_then_requeues_before_the_event(lab: B
         assert done == [("od-2", "health-force")]
         lab.wait("od-2's instance replaced", lambda: iid2 not in lab.instances("od-2"), 30)
         lab.wait("job requeued", lambda: int(_job(lab, long).get("Restarts", "0")) >= 1, 30)
+        lab.wait(
+            "od-2 back in the pool", lambda: slurm.node_state("od-2").split("+") == idle_again, 30
+        )
     finally:
         proxy.stop()
         slurm.run("scancel", short, long, check=False)
