@@ -48,6 +48,7 @@ from coreburst.burst.cost import slurm_hours
 from coreburst.burst.hostlist import HostlistError, compress, expand
 from coreburst.burst.slurmconf import NodeSet, node_set_of
 from coreburst.common.catalog import CatalogError, load_catalog
+from coreburst.common.ec2errors import UNFULFILLABLE, classify, resolve
 from coreburst.common.pricing import instance_rate
 from guardrails.adapters.slurm import SPEND_HOLD_PREFIX, run_tool, spend_left
 from guardrails.ledger import SpendLedger
@@ -73,6 +74,14 @@ LIVE_STATES = ("pending", "running")
 # Instances a terminated node may still hold.
 HELD_STATES = ("pending", "running", "stopping", "stopped")
 FAIL_REASON = "Failure when resuming nodes"
+# The code nodes fail with while every (type, zone) choice of their pool is backed off.
+BACKOFF_CODE = "CapacityBackoff"
+# The pool holds' reservation names (guardrails/rules/burst_reconcile.py places and lifts the
+# same ones).
+BACKOFF_RESERVATION = "coreburst-backoff-"
+PROTECT_RESERVATION = "coreburst-protect-"
+# infra/components/network.py PRIVATE_SUBNET_TAG: a zone's private subnet.
+PRIVATE_SUBNET_TAG = "coreburst-subnet"
 # The reason on nodes the spend gate holds, and the prefix of its reservations (the only ones
 # the burst-reconcile rule deletes). A reservation, not drain: slurmctld 22.05 clears DRAIN when the
 # forced power-down completes (measured in tests/integration/burst/test_spend_gate.py).
@@ -135,6 +144,8 @@ class ResumeResult:
     held: list[str] = field(default_factory=list)  # nodes the spend gate held
     refused: list[str] = field(default_factory=list)  # stale reconciler heartbeat
     fleet_calls: int = 0
+    # (instance type, zone) of each instance launched, as CreateFleet reported it.
+    placed: list[tuple[str, str]] = field(default_factory=list)
 
 
 def parse_nodes(hostlist: str, nodes_of: dict[str, NodeSet]) -> list[str]:
@@ -249,6 +260,7 @@ class Power:
         self.nodes_of = node_set_of(stack)
         self.node_tag = stack.settings.node_tag_key
         self._templates: dict[str, str] | None = None
+        self._subnets: dict[str, str] | None = None
 
     @property
     def claims(self) -> Claims:
@@ -303,23 +315,75 @@ class Power:
         return self._templates[cluster]
 
     # -- resume ---------------------------------------------------------------------------
+    def subnets(self) -> dict[str, str]:
+        """zone -> the stack's private subnet there (tagged by infra/components/network.py),
+        read once; only needed for clusters with more than one zone."""
+        if self._subnets is None:
+            self._subnets = {}
+            pages = self.ec2.get_paginator("describe_subnets").paginate(
+                Filters=[
+                    {"Name": f"tag:{STACK_TAG_KEY}", "Values": [self.stack.name]},
+                    {"Name": f"tag:{PRIVATE_SUBNET_TAG}", "Values": ["private"]},
+                ]
+            )
+            for page in pages:
+                for sn in page["Subnets"]:
+                    self._subnets.setdefault(sn["AvailabilityZone"], sn["SubnetId"])
+        return self._subnets
+
+    def choices(self, ns: NodeSet) -> tuple[list[tuple[str, str]], dict[tuple[str, str], str]]:
+        """The (instance type, zone) launch choices of a node set in the order to try them
+        (zones first, then types: a p5e beside the file system before a p5 in another
+        zone, whose traffic to it crosses zones), less
+        those backed off after a capacity error; and the backed-off ones with their code."""
+        zones = list(ns.zones) or [self.stack.config.availability_zone]
+        types = list(ns.instance_types) or [ns.instance_type]
+        every = [(t, z) for z in zones for t in types]
+        off = self.claims.backed_off(ns.cluster)
+        return [c for c in every if c not in off], {c: off[c][0] for c in every if c in off}
+
     def fleet_request(
-        self, ns: NodeSet, template_id: str, count: int, strict: bool, token: str | None = None
+        self,
+        ns: NodeSet,
+        template_id: str,
+        count: int,
+        strict: bool,
+        token: str | None = None,
+        *,
+        choices: list[tuple[str, str]] | None = None,
     ) -> dict[str, Any]:
         """The CreateFleet request for ``count`` nodes of one set (EC2 API reference,
         CreateFleet; botocore's ec2 model checks the shape in tests). ``token``: the
         ClientToken (the same request with the same token launches nothing new), also
-        tagged on the instances."""
+        tagged on the instances.
+
+        ``choices`` (instance type, zone), in order, become ``Overrides``: on-demand takes
+        them by ``Priority`` (``prioritized``), spot by ``price-capacity-optimized`` (EC2
+        User Guide, "Allocation strategies for Spot Instances": the pools least likely to be
+        interrupted, at a low price). A zone is given as its subnet when the set has more
+        than one zone (the launch template then names none). ``strict`` (one multi-node
+        job): all-or-nothing (``MinTargetCapacity``) of one type in one zone, as EFA and the
+        placement need."""
         market = ns.market
         capacity_type = {"spot": "spot", "capacity-block": "capacity-block"}.get(
             market, "on-demand"
         )
+        choices = choices or [(ns.instance_type, self.stack.config.availability_zone)]
         tags = {
             STACK_TAG_KEY: self.stack.name,
             CLUSTER_TAG_KEY: ns.cluster,
             **self.stack.config.tags.as_aws_tags(),
             **({LAUNCH_TAG_KEY: token} if token else {}),
         }
+        multi_zone = len(ns.zones) > 1
+        overrides = []
+        for i, (itype, zone) in enumerate(choices):
+            o: dict[str, Any] = {"InstanceType": itype}
+            if multi_zone:
+                o["SubnetId"] = self.subnets()[zone]
+            if capacity_type != "spot":
+                o["Priority"] = float(i)
+            overrides.append(o)
         req: dict[str, Any] = {
             "Type": "instant",
             "LaunchTemplateConfigs": [
@@ -327,7 +391,8 @@ class Power:
                     "LaunchTemplateSpecification": {
                         "LaunchTemplateId": template_id,
                         "Version": "$Latest",
-                    }
+                    },
+                    "Overrides": overrides,
                 }
             ],
             "TargetCapacitySpecification": {
@@ -342,17 +407,21 @@ class Power:
             ],
         }
         # MinTargetCapacity makes the call all-or-nothing; it needs a single instance type.
-        opts: dict[str, Any] = {"SingleInstanceType": True, "SingleAvailabilityZone": True}
+        opts: dict[str, Any] = {}
         if strict:
-            opts["MinTargetCapacity"] = count
+            opts = {
+                "SingleInstanceType": True,
+                "SingleAvailabilityZone": True,
+                "MinTargetCapacity": count,
+            }
         if token:
             req["ClientToken"] = token
         if capacity_type == "spot":
-            # Without an allocation strategy moto's spot path fails; EC2's default is
-            # lowest-price, which is the pool most likely to be interrupted.
-            req["SpotOptions"] = {"AllocationStrategy": "capacity-optimized", **opts}
+            # EC2's default is lowest-price, the pool most likely to be interrupted.
+            req["SpotOptions"] = {"AllocationStrategy": "price-capacity-optimized", **opts}
             req["TargetCapacitySpecification"]["SpotTargetCapacity"] = count
         else:
+            opts["AllocationStrategy"] = "prioritized"
             if market == "capacity-reservation":
                 opts["CapacityReservationOptions"] = {
                     "UsageStrategy": "use-capacity-reservations-first"
@@ -362,6 +431,17 @@ class Power:
                 req["TargetCapacitySpecification"]["OnDemandTargetCapacity"] = count
         return req
 
+    def _choice_of(self, item: dict[str, Any], ns: NodeSet) -> tuple[str, str] | None:
+        """The (type, zone) a CreateFleet instance or error entry names, when it does."""
+        o = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
+        itype = o.get("InstanceType") or item.get("InstanceType")
+        zone = o.get("AvailabilityZone")
+        if zone is None and o.get("SubnetId"):
+            zone = next((z for z, sn in self.subnets().items() if sn == o["SubnetId"]), None)
+        if zone is None and len(ns.zones) <= 1:
+            zone = ns.zones[0] if ns.zones else self.stack.config.availability_zone
+        return (itype, zone) if itype and zone else None
+
     def _launch_batch(
         self,
         ns: NodeSet,
@@ -369,11 +449,17 @@ class Power:
         strict: bool,
         result: ResumeResult,
         token: str | None = None,
+        *,
+        choices: list[tuple[str, str]] | None = None,
     ) -> tuple[dict[str, str], str | None]:
         """node -> instance id for what launched, and an error code for the rest. An answer
         that leaves it unknown whether EC2 launched (no reply, a 5xx, throttling) puts the
         nodes in ``result.unsure``: their claims keep the token, so the next run sends the
-        same request again and EC2 answers with what this one launched, if anything."""
+        same request again and EC2 answers with what this one launched, if anything.
+
+        Every choice EC2 reports a capacity error for is backed off
+        (``coreburst:burst.capacityBackoffS``); the code returned is the real one behind
+        ``UnfulfillableCapacity`` (coreburst/common/ec2errors.py)."""
         try:
             template = self.launch_template(ns.cluster)
         except LookupError:
@@ -384,7 +470,12 @@ class Power:
                 ns.cluster,
             )
             return {}, "LaunchTemplateNotFound"
-        req = self.fleet_request(ns, template, len(nodes), strict, token)
+        choices = choices or [(ns.instance_type, self.stack.config.availability_zone)]
+        try:
+            req = self.fleet_request(ns, template, len(nodes), strict, token, choices=choices)
+        except KeyError as exc:  # a zone without a tagged subnet
+            log.error("no private subnet tagged for zone %s of cluster %s", exc, ns.cluster)
+            return {}, "SubnetNotFound"
         result.fleet_calls += 1
         try:
             resp = self.ec2.create_fleet(**req)
@@ -398,18 +489,44 @@ class Power:
             if not isinstance(exc, ClientError) or status >= 500 or "Limit" in _error_code(exc):
                 result.unsure.update(nodes)
             return {}, _error_code(exc)
-        ids = [i for item in resp.get("Instances", []) for i in item.get("InstanceIds", [])]
+        ids: list[str] = []
+        for item in resp.get("Instances", []):
+            got = item.get("InstanceIds", [])
+            ids += got
+            where = self._choice_of(item, ns)
+            if where is not None:
+                for _ in got:
+                    result.placed.append(where)
         errors = resp.get("Errors", [])
         code = None
         if len(ids) < len(nodes):
-            code = next((e.get("ErrorCode") for e in errors if e.get("ErrorCode")), None)
-            code = code or "InsufficientInstanceCapacity"
+            code = resolve(e.get("ErrorCode") for e in errors) or "InsufficientInstanceCapacity"
+            failed_choices: dict[tuple[str, str], str] = {}
+            for e in errors:
+                c = e.get("ErrorCode")
+                where = self._choice_of(e, ns)
+                if c and c != UNFULFILLABLE and where is not None:
+                    failed_choices.setdefault(where, c)
+            if classify(code) == "capacity":
+                # Only the choices an error names; an answer naming none: every one offered.
+                off = [c for c in choices if classify(failed_choices.get(c, "")) == "capacity"]
+                if not failed_choices:
+                    off = list(choices)
+                self.claims.back_off(ns.cluster, off, code, self.stack.settings.capacity_backoff_s)
+                self.audit(
+                    "resume.backoff",
+                    pool=ns.cluster,
+                    choices=[f"{t}@{z}" for t, z in off],
+                    code=code,
+                    seconds=self.stack.settings.capacity_backoff_s,
+                )
             log.warning(
-                "CreateFleet for %s: %d of %d instances (%s)",
+                "CreateFleet for %s: %d of %d instances (%s; %s)",
                 compress(nodes),
                 len(ids),
                 len(nodes),
                 code,
+                ", ".join(f"{t}@{z}: {c}" for (t, z), c in failed_choices.items()) or "-",
             )
         return dict(zip(nodes, ids, strict=False)), code
 
@@ -429,9 +546,21 @@ class Power:
                 if group.all_or_nothing and failed:
                     failed.update(dict.fromkeys(batch, next(iter(failed.values()))))
                     continue
+                choices, off = self.choices(ns)
+                if not choices:  # every type and zone backed off: do not ask EC2 again
+                    log.warning(
+                        "%s: every choice of pool %s is backed off (%s)",
+                        compress(batch),
+                        ns.cluster,
+                        ", ".join(f"{t}@{z}: {c}" for (t, z), c in off.items()),
+                    )
+                    failed.update(dict.fromkeys(batch, BACKOFF_CODE))
+                    continue
                 token = new_token()
-                self.claims.prepare(batch, token, group.all_or_nothing)
-                launched, code = self._launch_batch(ns, batch, group.all_or_nothing, result, token)
+                self.claims.prepare(batch, token, group.all_or_nothing, choices)
+                launched, code = self._launch_batch(
+                    ns, batch, group.all_or_nothing, result, token, choices=choices
+                )
                 got.update(launched)
                 if code is not None:
                     failed.update({n: code for n in batch if n not in launched})
@@ -456,7 +585,9 @@ class Power:
             batch.token,
         )
         self.audit("resume.takeover", nodes=compress(batch.members), token=batch.token)
-        launched, code = self._launch_batch(ns, batch.nodes, batch.strict, result, batch.token)
+        launched, code = self._launch_batch(
+            ns, batch.nodes, batch.strict, result, batch.token, choices=batch.choices
+        )
         extra = [iid for n, iid in launched.items() if n not in batch.members]
         if extra:
             self._terminate(extra)
@@ -581,14 +712,66 @@ class Power:
                 "update", f"nodename={hl}", "state=down", f"reason=(Code:{code}){FAIL_REASON}"
             )
             self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
-            self.audit("resume.failed", nodes=hl, code=code)
+            cls = classify(code.removeprefix("CreateTags:"))
+            self.audit("resume.failed", nodes=hl, code=code, error_class=cls)
             mine = set(nodes)
             self.note_jobs(
                 [j for j, jn in jobs or [] if mine.intersection(jn)],
-                f"coreburst: burst launch for {hl} failed ({code}); requeued "
+                f"coreburst: burst launch for {hl} failed ({code}: {cls}); requeued "
                 f"{self.now():%Y-%m-%d %H:%M:%SZ}",
             )
         self.release(list(failed), keep_unsure=True)
+        self.hold_pools(by_code)
+
+    def hold_pools(self, by_code: dict[str, list[str]]) -> None:
+        """Hold a pool whose launch failed so Slurm stops choosing its nodes and the jobs
+        start elsewhere now (coreburst/common/ec2errors.py): out of every (type, zone)
+        choice after capacity errors, a MAINT reservation ``coreburst-backoff-<pool>-<ms>``
+        that ends by itself after ``capacityBackoffS``; a quota or an invalid request,
+        ``coreburst-protect-<pool>`` until an operator lifts it (``coreburst burst
+        release-hold``). The guardrails' burst-reconcile rule tells Slack about each. Nodes
+        that have an instance are left out (their jobs keep running)."""
+        wanted: dict[str, tuple[str, str]] = {}  # pool -> (reservation, why)
+        minutes = max(1, math.ceil(self.stack.settings.capacity_backoff_s / 60))
+        sets = {ns.cluster: ns for ns in self.nodes_of.values()}
+        for code, nodes in by_code.items():
+            cls = classify(code.removeprefix("CreateTags:"))
+            for pool in {self.nodes_of[n].cluster for n in nodes}:
+                if cls == "capacity" and pool not in wanted:
+                    if not self.choices(sets[pool])[0]:
+                        ms = int(self.now().timestamp() * 1000)
+                        wanted[pool] = (f"{BACKOFF_RESERVATION}{pool}-{ms}", code)
+                elif cls in ("quota", "invalid"):
+                    wanted[pool] = (f"{PROTECT_RESERVATION}{pool}", code)
+        if not wanted:
+            return
+        launched = {row[0] for row in self.claims.rows() if row[2] == "launched"}
+        for pool, (resv, code) in sorted(wanted.items()):
+            targets = [
+                n for n, ns in self.nodes_of.items() if ns.cluster == pool and n not in launched
+            ]
+            if not targets:
+                continue
+            timed = resv.startswith(BACKOFF_RESERVATION)
+            try:
+                self.slurm.scontrol(
+                    "create", "reservation", f"ReservationName={resv}",
+                    f"Nodes={compress(targets)}", "Users=root", "Flags=MAINT,IGNORE_JOBS",
+                    "StartTime=now", f"Duration={minutes if timed else 'UNLIMITED'}",
+                )  # fmt: skip
+            except RuntimeError as exc:  # held already, or Slurm refused: the reconciler retries
+                log.warning("cannot hold pool %s (%s): %s", pool, resv, exc)
+                continue
+            log.warning("pool %s held: %s (%s)", pool, resv, code)
+            self.audit(
+                "resume.pool_held",
+                pool=pool,
+                reservation=resv,
+                code=code,
+                error_class=classify(code.removeprefix("CreateTags:")),
+                minutes=minutes if timed else None,
+                nodes=compress(targets),
+            )
 
     def release(self, nodes: list[str], *, keep_unsure: bool = False) -> None:
         """Drop the nodes' claims and spend commitments (never stops a terminate or a
@@ -702,8 +885,11 @@ class Power:
         asks: dict[str, tuple[float, float]] = {}
         for n in names:
             ns = self.nodes_of[n]
-            try:
-                rate, _ = instance_rate(cat, ns.instance_type, self.stack.config.region, ns.market)
+            try:  # the dearest type the node may launch as (fallbacks included)
+                rate = max(
+                    instance_rate(cat, t, self.stack.config.region, ns.market)[0]
+                    for t in ns.instance_types or (ns.instance_type,)
+                )
             except CatalogError as exc:
                 cost = sum(r * h for r, h in asks.values())
                 return cost, f"no price for {ns.instance_type} {ns.market} ({exc})"

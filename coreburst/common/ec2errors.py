@@ -65,6 +65,13 @@ _TABLE: dict[str, ErrorClass] = {
     "InternalFailure": "throttle",
     "ServiceUnavailable": "throttle",
     "Unavailable": "throttle",
+    # After launch (coreburst/burst/ec2io.py): EC2 had not shown the instance or its address
+    # by the deadline (eventual consistency) or it ended at once; the node fails, the next
+    # resume launches afresh: transient, nothing to back off or hold.
+    "InvalidInstanceID.NotFound": "throttle",
+    "InstanceNotVisible": "throttle",
+    "NoPrivateIpAddress": "throttle",
+    "InstanceTerminated": "throttle",
 }
 
 ACTIONS: dict[ErrorClass, str] = {

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -37,7 +38,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlencode
 
 import psutil  # type: ignore[import-untyped]
 
@@ -152,8 +153,15 @@ config:
   coreburst:availabilityZone: us-east-1a
   coreburst:tags: {{team: ml, project: lab, costCenter: cc-1, environment: dev}}
   coreburst:budget: {{monthlyUsd: 100000}}
+  coreburst:vpc:
+    extraZones: [{{availabilityZone: us-east-1b, privateSubnetCidr: 10.64.64.0/18}}]
   coreburst:clusters:
-    - {{name: od, instanceType: p5.48xlarge, nodes: 2, capacity: {{model: on-demand}}}}
+    - name: od
+      instanceType: p5.48xlarge
+      fallbackInstanceTypes: [p5e.48xlarge]
+      zones: [us-east-1a, us-east-1b]
+      nodes: 2
+      capacity: {{model: on-demand}}
     - {{name: sp, instanceType: p5.48xlarge, nodes: 1, capacity: {{model: spot}}}}
     - name: cb
       instanceType: p5.48xlarge
@@ -433,6 +441,54 @@ _ICE_RESPONSE = """<?xml version="1.0" encoding="UTF-8"?>
 </CreateFleetResponse>
 """
 
+# The same answer when an instant fleet's Overrides were all tried: EC2 reports one error
+# per launch specification it could not use (``launchTemplateAndOverrides``: the override's
+# instance type, subnet and zone) and may put UnfulfillableCapacity first (EC2 API reference,
+# CreateFleet "Response Elements", CreateFleetError and LaunchTemplateAndOverridesResponse;
+# "Error codes for the Amazon EC2 API"). Made up here in that shape.
+_ERROR_ITEM = """    <item>
+      <errorCode>{code}</errorCode>
+      <errorMessage>{message}</errorMessage>
+      <lifecycle>{lifecycle}</lifecycle>{where}
+    </item>
+"""
+_WHERE = """
+      <launchTemplateAndOverrides>
+        <launchTemplateSpecification><launchTemplateId>{lt}</launchTemplateId>
+          <version>$Latest</version></launchTemplateSpecification>
+        <overrides><instanceType>{itype}</instanceType>{subnet}
+          <availabilityZone>{zone}</availabilityZone></overrides>
+      </launchTemplateAndOverrides>"""
+_FLEET_ERRORS = """<?xml version="1.0" encoding="UTF-8"?>
+<CreateFleetResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/">
+  <requestId>{request_id}</requestId>
+  <fleetId>fleet-{fleet}</fleetId>
+  <errorSet>
+{items}  </errorSet>
+  <fleetInstanceSet/>
+</CreateFleetResponse>
+"""
+_OVERRIDE = re.compile(r"^LaunchTemplateConfigs\.1\.Overrides\.(\d+)\.(\w+)$")
+
+
+def fleet_choices(
+    form: dict[str, list[str]], subnet_zones: dict[str, str], zone: str
+) -> list[tuple[str, str, str | None]]:
+    """(instance type, zone, subnet id) of a CreateFleet form's Overrides in the order EC2
+    tries them (by Priority, then as listed); a request without Overrides is one choice."""
+    rows: dict[int, dict[str, str]] = {}
+    for key, values in form.items():
+        m = _OVERRIDE.match(key)
+        if m:
+            rows.setdefault(int(m.group(1)), {})[m.group(2)] = values[0]
+    out = []
+    for i in sorted(rows, key=lambda i: (float(rows[i].get("Priority", "inf")), i)):
+        r = rows[i]
+        subnet = r.get("SubnetId")
+        z = r.get("AvailabilityZone") or (subnet_zones.get(subnet, zone) if subnet else zone)
+        out.append((r.get("InstanceType", "p5.48xlarge"), z, subnet))
+    return out or [("p5.48xlarge", zone, None)]
+
 
 # EC2 API reference, "Ensuring idempotency in Amazon EC2 API requests": a repeated request
 # with the same client token and the same parameters gets the first request's response and
@@ -443,6 +499,16 @@ _MISMATCH_RESPONSE = """<?xml version="1.0" encoding="UTF-8"?>
  was used with different parameters.</Message></Error></Errors><RequestID>{request_id}</RequestID>
 </Response>
 """
+
+
+def _only_override(form: dict[str, list[str]], choice: tuple[str, str, str | None]) -> bytes:
+    """The form with one Override (``choice``), url-encoded again."""
+    kept = {k: v for k, v in form.items() if not _OVERRIDE.match(k)}
+    itype, _zone, subnet = choice
+    kept["LaunchTemplateConfigs.1.Overrides.1.InstanceType"] = [itype]
+    if subnet:
+        kept["LaunchTemplateConfigs.1.Overrides.1.SubnetId"] = [subnet]
+    return urlencode(kept, doseq=True).encode()
 
 
 class CapacityProxy:
@@ -463,6 +529,14 @@ class CapacityProxy:
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.out_of_capacity: set[str] = set()
+        # (instance type, zone) with no capacity: an Override naming one is skipped, as EC2
+        # skips a launch specification it cannot fill, and the next is tried; none left is
+        # the documented error answer, one entry per Override.
+        self.no_capacity: set[tuple[str, str]] = set()
+        # Overrides' SubnetId -> zone (the lab's subnets); no SubnetId: ``zone``.
+        self.subnet_zones: dict[str, str] = {}
+        self.zone = "us-east-1a"
+        self.choices_seen: list[list[tuple[str, str]]] = []  # per CreateFleet, tried order
         self.refused = 0
         self.fleets_launched = 0  # CreateFleet calls that reached moto
         self.replayed = 0  # answered from a ClientToken seen before
@@ -482,6 +556,22 @@ class CapacityProxy:
                 lt = form.get(
                     "LaunchTemplateConfigs.1.LaunchTemplateSpecification.LaunchTemplateId"
                 )
+                if (
+                    form.get("Action") == ["CreateFleet"]
+                    and body
+                    and not (lt and lt[0] in proxy.out_of_capacity)
+                ):
+                    choices = fleet_choices(form, proxy.subnet_zones, proxy.zone)
+                    proxy.choices_seen.append([(t, z) for t, z, _ in choices])
+                    free = [c for c in choices if (c[0], c[1]) not in proxy.no_capacity]
+                    if not free:
+                        proxy.refused += 1
+                        self._no_capacity(form, choices, (lt or ["lt-?"])[0])
+                        return
+                    if len(choices) > 1 or free[0] != choices[0]:
+                        # moto launches the first Override only: give it the one EC2 would
+                        # use (the first in order with capacity).
+                        body = _only_override(form, free[0])
                 if form.get("Action") == ["CreateFleet"] and lt and lt[0] in proxy.out_of_capacity:
                     proxy.refused += 1
                     life = form.get("TargetCapacitySpecification.DefaultTargetCapacityType")
@@ -498,6 +588,40 @@ class CapacityProxy:
                         self._idempotent(token, form, body)
                     return
                 self._upstream(body)
+
+            def _no_capacity(
+                self, form: dict[str, list[str]], choices: list[tuple[str, str, str | None]],
+                lt: str,
+            ) -> None:  # fmt: skip
+                life = (
+                    form.get("TargetCapacitySpecification.DefaultTargetCapacityType")
+                    or ["on-demand"]
+                )[0]
+                items = _ERROR_ITEM.format(
+                    code="UnfulfillableCapacity",
+                    message="Unable to fulfill capacity due to your request configuration. "
+                    "Please adjust your request and try again.",
+                    lifecycle=life,
+                    where="",
+                )
+                for itype, zone, subnet in choices:
+                    where = _WHERE.format(
+                        lt=lt,
+                        itype=itype,
+                        zone=zone,
+                        subnet=f"<subnetId>{subnet}</subnetId>" if subnet else "",
+                    )
+                    items += _ERROR_ITEM.format(
+                        code="InsufficientInstanceCapacity",
+                        message="We currently do not have sufficient capacity in the "
+                        "Availability Zone you requested.",
+                        lifecycle=life,
+                        where=where,
+                    )
+                doc = _FLEET_ERRORS.format(
+                    request_id=uuid.uuid4(), fleet=uuid.uuid4(), items=items
+                ).encode()
+                self._reply(200, {"Content-Type": "text/xml"}, doc)
 
             def _idempotent(self, token: str, form: dict[str, list[str]], body: bytes) -> None:
                 params = sorted((k, v) for k, v in form.items() if k != "ClientToken")
@@ -658,6 +782,24 @@ class BootWatcher:
                 self.errors.append(repr(exc))
 
 
+def lab_subnets(ec2: Any, stack: str = "lab") -> dict[str, str]:
+    """The stack's private subnets as infra/components/network.py tags them (one per zone of
+    the lab stack); subnet id -> zone."""
+    vpc = ec2.create_vpc(CidrBlock="10.64.0.0/16")["Vpc"]["VpcId"]
+    out = {}
+    for zone, cidr in (("us-east-1a", "10.64.0.0/18"), ("us-east-1b", "10.64.64.0/18")):
+        sn = ec2.create_subnet(VpcId=vpc, CidrBlock=cidr, AvailabilityZone=zone)["Subnet"]
+        ec2.create_tags(
+            Resources=[sn["SubnetId"]],
+            Tags=[
+                {"Key": "coreburst-stack", "Value": stack},
+                {"Key": "coreburst-subnet", "Value": "private"},
+            ],
+        )
+        out[sn["SubnetId"]] = zone
+    return out
+
+
 def launch_templates(ec2: Any, stack: str = "lab") -> None:
     """What infra declares per cluster, as moto needs it: ``<cluster>-lt-<7 chars>`` (Pulumi's
     auto-name), tagged with the stack by the provider's default tags."""
@@ -752,6 +894,9 @@ def start_burst_lab(
     lab = BurstLab(slurm, ec2, moto, watcher, proxy=proxy)
     try:
         launch_templates(ec2)
+        zones = lab_subnets(ec2)
+        if proxy is not None:
+            proxy.subnet_zones = zones
         slurm.start()
         watcher.start()
     except BaseException:
