@@ -35,6 +35,8 @@ from typing import Annotated, Any
 import typer
 import yaml
 
+from coreburst.common.console import console as make_console
+
 app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
@@ -392,10 +394,9 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
 
 
 def _print_table(summary: dict[str, Any], price: float | None, source: str, since: str) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = make_console()
     usd = price is not None
     for title, lines in (("Teams", summary["teams"]), ("Users", summary["users"])):
         t = Table(title=f"{title}, last {since}")

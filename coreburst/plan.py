@@ -30,6 +30,7 @@ from coreburst.burst.cost import GateSummary, PoolRate, gate_summary, pool_rates
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.cloudwatch_cost import Cadence, CloudWatchBill, FleetGroup
 from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
+from coreburst.common.console import console as make_console
 from coreburst.common.pricing import CostLine
 from coreburst.common.textio import read_text
 from guardrails.config import parse_config as guardrails_defaults
@@ -695,4 +696,4 @@ def plan(  # noqa: PLR0917
     elif fmt is Format.markdown:
         typer.echo(to_markdown(report), nl=False)
     else:
-        print_table(report, Console())
+        print_table(report, make_console())

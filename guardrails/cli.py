@@ -236,6 +236,13 @@ def check_audit_log(cfg: GuardrailsConfig) -> None:
         raise fail(_path_problem("state.audit_log", path, exc)) from None
 
 
+
+def make_console() -> Any:
+    """coreburst.common.console.console, imported when output is printed (not for --help)."""
+    from coreburst.common.console import console
+
+    return console()
+
 @contextmanager
 def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
     from guardrails.adapters.aws import Aws
@@ -247,12 +254,21 @@ def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
         url = webhook_url(cfg.slack)
     except ConfigError as exc:
         raise fail(str(exc)) from None
+    aws = Aws(cfg.aws)
+    # Nothing is written (state directory, audit log, database) before the credentials are
+    # known: a first run without them must leave the machine as it found it.
+    if aws.session.get_credentials() is None:
+        raise fail(
+            "no AWS credentials found: set AWS_PROFILE, or AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY, or run where an instance or Lambda role provides them "
+            "(nothing was written)"
+        )
     check_audit_log(cfg)
     state = open_state(cfg)
     try:
         d = Daemon(
             cfg,
-            Aws(cfg.aws),
+            aws,
             state,
             clock=clock or runtime.now_clock(),
             webhook_url=url,
@@ -365,7 +381,6 @@ def once(
 
     Exit status: 0 when every rule ran, 1 when one failed (its error is printed; the others
     still ran), 2 for bad input (config, credentials)."""
-    from rich.console import Console
 
     configure_logging(log_level)
     cfg = _load(config)
@@ -373,7 +388,7 @@ def once(
         report = _cycle(d)
         # soft_wrap: a line longer than the terminal (or any line when stdout is a pipe or
         # a log) is not broken mid-sentence.
-        print_report(report, Console(soft_wrap=True))
+        print_report(report, make_console())
     if report.errors:
         raise typer.Exit(1)
 
@@ -419,7 +434,6 @@ def run(
 @app.command()
 def status(config: ConfigOpt = None) -> None:
     """Marks, spend per scope, egress, blind nodes and the outbox, from the state file."""
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -429,7 +443,7 @@ def status(config: ConfigOpt = None) -> None:
             raise fail(_path_problem("state.path", cfg.state.path, NotADirectoryError()))
         raise fail(f"no state at {cfg.state.path}: run `once` or `run` first", 1)
     st = open_state(cfg)
-    console = Console(soft_wrap=True)
+    console = make_console()
     last = st.get("last_cycle", {})
     states = ", ".join(f"{n} {k}" for k, n in sorted(last.get("states", {}).items()))
     console.print(
@@ -489,7 +503,6 @@ def explain(
     config: ConfigOpt = None,
 ) -> None:
     """Why a node is (or is not) idle, with the numbers behind the decision. Changes nothing."""
-    from rich.console import Console
     from rich.table import Table
 
     from guardrails.adapters.aws import AwsUnreachableError
@@ -519,7 +532,7 @@ def explain(
         dec = decide(
             n, util, parse_iso(row["marked_at"]) if row else None, d.clock.now(), idle_params(cfg)
         )
-        c = Console()
+        c = make_console()
         c.print(
             f"[bold]{n.instance_id}[/] {n.instance_type} {n.market} {n.region} "
             f"asg={n.asg or '-'} price={d.prices.hourly(n)} $/h "
@@ -569,7 +582,6 @@ def org_scan(
 
     import boto3
     from botocore.exceptions import BotoCoreError, ClientError
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
@@ -637,7 +649,7 @@ def org_scan(
                 f"{row['idle_usd_per_hour']:,.2f}",
                 escape(row["error"] or ""),
             )
-        Console(width=200).print(t)
+        make_console().print(t)
     if any(row["error"] for row in rows):
         raise typer.Exit(1)
 

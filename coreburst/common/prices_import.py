@@ -378,8 +378,7 @@ def import_offer(
         Path, typer.Option(help="catalog file to compare with and write")
     ] = CATALOG_PATH,
 ) -> None:
-    """Diff the catalog's prices against an AWS Price List offer file (EC2, FSx, Direct
-    Connect); --write applies it."""
+    """Diff the catalog's prices against an AWS Price List offer file (EC2, FSx, Direct Connect); --write applies it."""  # noqa: E501
     try:
         doc = read_offer(offer)
         cat = parse_catalog(read_text(catalog, "catalog", CatalogError), str(catalog))

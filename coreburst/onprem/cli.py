@@ -18,6 +18,7 @@ import typer
 import yaml
 from rich.console import Console
 
+from coreburst.common.console import console as make_console
 from coreburst.onprem.fleet import FleetError, load_fleet, render_inventory, write_inventory
 from coreburst.onprem.runner import EXIT_BAD_INPUT, Kind, RunOutcome, run_playbook, summary_table
 
@@ -73,7 +74,7 @@ def _run(
 ) -> None:
     if (fleet is None) == (inventory is None):
         raise _fail("give exactly one of --fleet FILE or --inventory PATH")
-    console = Console(stderr=True)
+    console = make_console(stderr=True)
     extravars = _extravars(extra)
     try:
         with tempfile.TemporaryDirectory(prefix="coreburst-inv-") as tmp:

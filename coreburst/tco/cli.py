@@ -9,7 +9,6 @@ Flags override the scenario file. A bad input ends in one ``error:`` line and ex
 
 from __future__ import annotations
 
-import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from coreburst.common.catalog import CatalogError
+from coreburst.common.console import console as make_console
 from coreburst.common.textio import read_text
 from coreburst.tco.demand import DemandError, load_demand
 from coreburst.tco.model import Scenario, TcoError, TcoResult, analyse, one_line
@@ -289,7 +289,7 @@ def tco(
         typer.echo(result.model_dump_json(indent=2))
     else:
         # Wide enough for the table when piped or captured (rich falls back to 80 columns).
-        console = Console() if sys.stdout.isatty() else Console(width=160)
+        console = make_console()
         print_table(result, console)
         if plot is not None:
             console.print(f"plot written to {plot}", highlight=False)

@@ -77,3 +77,32 @@ def test_status_reads_as_text_not_python(tmp_path: Path, monkeypatch: pytest.Mon
         r"last cycle \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ: 2 nodes \([a-z0-9 ,-]+\)", first
     ), first
     assert "{" not in r.output and "'" not in first
+
+
+def test_once_without_credentials_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A first `once` with no AWS credentials anywhere stops with one line and exit 2 before
+    creating the state directory, the audit log or the database (issue 24 item 4)."""
+    for var in (
+        "AWS_ENDPOINT_URL", "AWS_PROFILE", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+        "AWS_SESSION_TOKEN", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "COREBURST_SLACK_WEBHOOK_URL",
+    ):  # fmt: skip
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.aws
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")  # no instance role to ask
+    state = tmp_path / "var" / "lib" / "coreburst"
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(
+        f'state: {{path: "{state}/s.db", audit_log: "{state}/a.jsonl"}}\n'
+        "metrics_endpoint: {enabled: false}\nregions: [us-east-1]\n"
+    )
+    res = CliRunner().invoke(cli.app, ["once", "--config", str(cfg)])
+    assert res.exit_code == 2, res.output
+    assert "no AWS credentials found" in res.output and "nothing was written" in res.output
+    assert len(res.output.strip().splitlines()) == 1
+    assert not (tmp_path / "var").exists()

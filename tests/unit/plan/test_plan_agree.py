@@ -46,7 +46,7 @@ def test_compare_is_stack_minus_base() -> None:
     delta = _prod_monthly() - _dev_monthly()
     assert cells[1:4] == [f"{_dev_monthly():,.2f}", f"{_prod_monthly():,.2f}", f"+{delta:,.2f}"]
     # a line only dev has is negative, one only prod has positive
-    diff = r.stdout.split(" prod vs dev ($/month)")[1]
+    diff = r.stdout.split("prod vs dev ($/month)")[1]
     assert _row(diff, "dev-p5-asg")[3] == "-36,161.28"
     assert _row(diff, "link-dx-eqdc2")[3] == "+16,425.00"
 
@@ -95,7 +95,7 @@ def test_unverified_prices_are_flagged_in_every_table() -> None:
     assert flagged == {x["item"] for x in doc["lines"] if "unverified" in x["priceSource"]}
     assert flagged and len(flagged) < len(doc["lines"])  # some are, some are not
     r = invoke("-s", "prod", "--compare", "dev")
-    cost, diff = r.stdout.split(" prod vs dev ($/month)")
+    cost, diff = r.stdout.split("prod vs dev ($/month)")
     for x in doc["lines"]:
         assert (_row(cost, x["item"])[-1] == UNVERIFIED) is x["unverified"], x["item"]
         assert (_row(diff, x["item"])[-1] == UNVERIFIED) is x["unverified"] or x["item"] in {
