@@ -182,9 +182,11 @@ def tag_nodes(
     workers: int = TAG_WORKERS,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    extra: dict[str, dict[str, str]] | None = None,
 ) -> TagResult:
-    """Tag each instance with ``key`` = its node: one CreateTags per instance on ``workers``
-    threads (boto3 clients are thread-safe), each retried on throttling, 5xx and
+    """Tag each instance with ``key`` = its node (and the node's ``extra`` tags, e.g. the
+    job it was launched for): one CreateTags per instance on ``workers`` threads (boto3
+    clients are thread-safe), each retried on throttling, 5xx and
     ``InvalidInstanceID.NotFound`` until ``deadline_s``. Other errors (e.g. a missing
     permission) fail that node at once."""
     out = TagResult()
@@ -196,7 +198,10 @@ def tag_nodes(
         backoff = Backoff(deadline, clock=clock, sleep=sleep)
         while True:
             try:
-                ec2.create_tags(Resources=[iid], Tags=[{"Key": key, "Value": node}])
+                tags = {key: node, **(extra or {}).get(node, {})}
+                ec2.create_tags(
+                    Resources=[iid], Tags=[{"Key": k, "Value": v} for k, v in tags.items()]
+                )
             except (ClientError, BotoCoreError) as exc:
                 out.counts.add(exc)
                 if retryable(exc) and backoff.wait():

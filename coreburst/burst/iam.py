@@ -43,7 +43,7 @@ import re
 from typing import Any
 
 from coreburst.burst.config import BurstStack
-from coreburst.burst.power import CLUSTER_TAG_KEY, LAUNCH_TAG_KEY, STACK_TAG_KEY
+from coreburst.burst.power import CLUSTER_TAG_KEY, LAUNCH_TAG_KEY, OWNER_TAG_KEYS, STACK_TAG_KEY
 
 # What coreburst/burst/power.py describes (tests/unit/burst/test_iam_policy.py reads its calls from
 # the
@@ -81,6 +81,7 @@ def allowed_tag_keys(stack: BurstStack) -> list[str]:
         LAUNCH_TAG_KEY,
         *stack.config.tags.as_aws_tags(),
         stack.settings.node_tag_key,
+        *OWNER_TAG_KEYS,
     ]
     return sorted(set(keys))
 
@@ -169,7 +170,9 @@ def controller_policy(
             "Resource": f"{ec2}:instance/*",
             "Condition": {
                 "StringEquals": {f"aws:ResourceTag/{STACK_TAG_KEY}": stack.name},
-                "ForAllValues:StringEquals": {"aws:TagKeys": [stack.settings.node_tag_key]},
+                "ForAllValues:StringEquals": {
+                    "aws:TagKeys": [stack.settings.node_tag_key, *OWNER_TAG_KEYS]
+                },
             },
         },
         {

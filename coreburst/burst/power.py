@@ -80,6 +80,14 @@ BACKOFF_CODE = "CapacityBackoff"
 # same ones).
 BACKOFF_RESERVATION = "coreburst-backoff-"
 PROTECT_RESERVATION = "coreburst-protect-"
+# Who a burst instance was launched for (the first job in the resume file that wants its
+# node): AWS cost and Slurm jobs join on these (coreburst cost report; Cost Explorer once they
+# are activated as cost allocation tags).
+JOB_TAG_KEY, USER_TAG_KEY, ACCOUNT_TAG_KEY = "coreburst-job", "coreburst-user", "coreburst-account"
+OWNER_TAG_KEYS = (JOB_TAG_KEY, USER_TAG_KEY, ACCOUNT_TAG_KEY)
+# EC2 tag values: letters, digits, spaces and + - = . _ : / @ (EC2 User Guide, "Tag
+# restrictions"), at most 256 characters.
+_TAG_VALUE_BAD = re.compile(r"[^A-Za-z0-9 +\-=._:/@]")
 # infra/components/network.py PRIVATE_SUBNET_TAG: a zone's private subnet.
 PRIVATE_SUBNET_TAG = "coreburst-subnet"
 # The reason on nodes the spend gate holds, and the prefix of its reservations (the only ones
@@ -261,6 +269,10 @@ class Power:
         self.node_tag = stack.settings.node_tag_key
         self._templates: dict[str, str] | None = None
         self._subnets: dict[str, str] | None = None
+        # node -> the job, user and account it is launched for (OWNER_TAG_KEYS); read once a
+        # resume has launched something.
+        self._jobs: list[tuple[str, list[str]]] = []
+        self._owner_tags: dict[str, dict[str, str]] | None = None
 
     @property
     def claims(self) -> Claims:
@@ -618,8 +630,16 @@ class Power:
         not recorded): it is failed back to Slurm with the error code and its instance
         terminated, since suspend and the reconciler find instances by that tag."""
         deadline = ec2io.deadline("tags", len(got), self.stack.settings.resume_timeout)
+        if self._owner_tags is None:
+            self._owner_tags = self.owner_tags([n for _, jn in self._jobs for n in jn], self._jobs)
+        owners = {n: self._owner_tags[n] for n in got if n in self._owner_tags}
         res = ec2io.tag_nodes(
-            self.ec2, got, self.node_tag, deadline_s=deadline, workers=TAG_WORKERS
+            self.ec2,
+            got,
+            self.node_tag,
+            deadline_s=deadline,
+            workers=TAG_WORKERS,
+            extra=owners,
         )
         if res.counts.throttled or res.counts.not_found:
             log.info(
@@ -685,6 +705,49 @@ class Power:
         except (ClientError, BotoCoreError) as exc:  # tagged: suspend and the reconciler end it
             log.error("cannot terminate %s: %s", ids, exc)
         self.fail_nodes(res.missing)
+
+    def owner_tags(
+        self, names: list[str], jobs: list[tuple[str, list[str]]]
+    ) -> dict[str, dict[str, str]]:
+        """node -> {coreburst-job, coreburst-user, coreburst-account} for the first job of the
+        resume file that wants it; user and account from one ``scontrol -o show job`` (all
+        jobs: one call whatever their number). A job Slurm no longer shows keeps its id only;
+        unreadable output leaves the tags out, never the launch."""
+        wanted = set(names)
+        first: dict[str, str] = {}
+        for job, job_nodes in jobs:
+            for n in job_nodes:
+                if n in wanted:
+                    first.setdefault(n, job)
+        if not first:
+            return {}
+        who: dict[str, tuple[str, str]] = {}
+        try:
+            out = self.slurm.scontrol("-o", "show", "job")
+        except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
+            log.warning("job owners unknown (%s): instances get their job id only", exc)
+            out = ""
+        ids = set(first.values())
+        for line in out.splitlines():
+            f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
+            if f.get("JobId") in ids:
+                user = f.get("UserId", "").partition("(")[0]
+                account = f.get("Account", "")
+                who[f["JobId"]] = (user, "" if account == "(null)" else account)
+
+        def clean(v: str) -> str:
+            return _TAG_VALUE_BAD.sub("_", v)[:256]
+
+        tags: dict[str, dict[str, str]] = {}
+        for n, job in first.items():
+            user, account = who.get(job, ("", ""))
+            t = {JOB_TAG_KEY: clean(job)}
+            if user:
+                t[USER_TAG_KEY] = clean(user)
+            if account:
+                t[ACCOUNT_TAG_KEY] = clean(account)
+            tags[n] = t
+        return tags
 
     def note_jobs(self, jobs: Iterable[str], text: str) -> None:
         """Say on each job why it waits (``scontrol show job`` shows ``AdminComment=``; only
@@ -1019,6 +1082,7 @@ class Power:
             return result
         for n, insts in live.items():
             result.already[n] = insts[0]["InstanceId"]
+        self._jobs, self._owner_tags = jobs, None
         todo = [n for n in names if n not in result.already]
         fresh, resumed = self._claim(todo, result) if todo else ([], [])
         if result.already:

@@ -264,3 +264,46 @@ def test_the_error_table() -> None:
     assert resolve(["UnfulfillableCapacity"]) == "UnfulfillableCapacity"
     assert resolve([]) is None
     assert set(ACTIONS) == {"capacity", "quota", "throttle", "invalid"}
+
+
+class JobsSlurm(Slurm):
+    """Answers ``scontrol -o show job`` with two jobs in scontrol's one-line layout (scontrol(1)
+    ``-o``; the fields as Slurm 22.05 prints them, made up here)."""
+
+    def scontrol(self, *args: str) -> str:
+        super().scontrol(*args)
+        if args[:3] == ("-o", "show", "job"):
+            return (
+                "JobId=41 JobName=train UserId=alice(1001) GroupId=ml(1001) Account=vision "
+                "JobState=CONFIGURING Partition=burst\n"
+                "JobId=42 JobName=eval UserId=bob(1002) GroupId=ml(1002) Account=(null) "
+                "JobState=CONFIGURING Partition=burst\n"
+            )
+        return ""
+
+
+def test_instances_carry_the_job_user_and_account_they_were_launched_for(
+    ec2: Any, tmp_path: Path
+) -> None:
+    """Issue 23 item 2: AWS cost joins Slurm jobs exactly (one scontrol call for all jobs)."""
+    slurm = JobsSlurm()
+    power = Power(_stack(tmp_path), ec2, slurm, Audit(tmp_path / "audit.jsonl"))
+    f = tmp_path / "resume.json"
+    f.write_text('{"jobs": [{"job_id": 41, "nodes": "od-[1-2]"}, {"job_id": 42, "nodes": "od-3"}]}')
+    res = power.resume("od-[1-3]", str(f))
+    assert set(res.launched) == {"od-1", "od-2", "od-3"}
+    got = {}
+    for r in ec2.describe_instances(InstanceIds=list(res.launched.values()))["Reservations"]:
+        for i in r["Instances"]:
+            tags = {t["Key"]: t["Value"] for t in i["Tags"]}
+            got[tags["coreburst-slurm-node"]] = (
+                tags.get("coreburst-job"),
+                tags.get("coreburst-user"),
+                tags.get("coreburst-account"),
+            )
+    assert got == {
+        "od-1": ("41", "alice", "vision"),
+        "od-2": ("41", "alice", "vision"),
+        "od-3": ("42", "bob", None),  # no account: no tag, never "(null)"
+    }
+    assert [c for c in slurm.calls if c[:3] == ("-o", "show", "job")] == [("-o", "show", "job")]
