@@ -528,6 +528,10 @@ class BurstNode(_Model):
     munge_key_secret_arn: Annotated[str, _arn("secretsmanager", "secret:")] | None = None
     # The resume program tags an instance after CreateFleet returns: wait this long for it.
     tag_wait_seconds: int = Field(default=600, ge=10, le=3600)
+    # The health gate (coreburst/burst/health.py): slurmd starts only after `coreburst burst
+    # node-check --gate` passed on the instance (GPUs, DCGM, EFA against the catalog). The
+    # image must carry coreburst (and nvidia-smi, dcgmi, fi_info); false skips the gate.
+    health_gate: bool = True
     # Install slurmd and munge with apt-get when the image has none (the packaged Slurm must
     # be within the controller's supported versions; bake them into the AMI to pin one).
     install_packages: bool = True

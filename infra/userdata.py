@@ -212,9 +212,28 @@ class SlurmJoin:
     tag_wait_seconds: int = 600
     poll_seconds: float = 5
     install_packages: bool = True
+    # Run `coreburst burst node-check --gate` before slurmd (BurstNode.health_gate).
+    health_gate: bool = True
     # file mode: the node's own gres.conf line (configless: gres.conf comes from slurmctld).
     gres_line: str | None = None
     root: str = ""
+
+
+def _health_gate() -> list[str]:
+    """slurmd starts only on a node that passed ``coreburst burst node-check --gate``
+    (coreburst/burst/health.py): on failure the check itself sets the node DOWN with the
+    reason and has it powered down (the job requeues, the instance is replaced); the block
+    stops here either way, so a failing node never registers."""
+    return [
+        "# Health gate: GPUs, DCGM and EFA against the catalog before the node takes jobs.",
+        "command -v coreburst >/dev/null || cb_fail 'coreburst is not installed on this image: "
+        "the health gate cannot run (install it in the AMI, or set coreburst:burst.node."
+        "healthGate: false)'",
+        "cb_itype=$(cb_imds instance-type) || cb_fail 'cannot read instance-type from IMDS'",
+        'coreburst burst node-check --node "$cb_node" --instance-type "$cb_itype" --gate '
+        "|| cb_fail \"health check failed on $cb_node ($cb_itype): see the node's reason in "
+        'Slurm; its instance is replaced"',
+    ]
 
 
 def render_slurm_join(j: SlurmJoin) -> list[str]:
@@ -329,6 +348,7 @@ def render_slurm_join(j: SlurmJoin) -> list[str]:
         f'printf \'SLURMD_OPTIONS="%s"\\n\' "$cb_opts" > {q(r + "/etc/default/slurmd")}',
         f"printf '%s\\n' \"$cb_node\" > {q(r + '/etc/coreburst/slurm-node-name')}",
         "systemctl restart munge || cb_fail 'munged did not start'",
+        *(_health_gate() if j.health_gate else []),
         "systemctl enable slurmd || cb_fail 'cannot enable slurmd'",
         "systemctl restart slurmd || cb_fail 'slurmd did not start'",
         'echo "coreburst: slurmd started as $cb_node"',

@@ -323,6 +323,7 @@ def _slurm_join(
         node_tag_key=join.node_tag_key,
         tag_wait_seconds=n.tag_wait_seconds,
         install_packages=n.install_packages,
+        health_gate=n.health_gate,
         gres_line=gres_line if n.conf_mode == "file" else None,
     )
 

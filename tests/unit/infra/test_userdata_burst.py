@@ -164,6 +164,7 @@ fi
 [ "$token" = "$FAKE_TOKEN" ] || { echo "curl: (22) 401" >&2; exit 22; }
 case "$url" in
   "$base/meta-data/instance-id") echo -n "$FAKE_IID" ;;
+  "$base/meta-data/instance-type") echo -n p5.48xlarge ;;
   "$base/meta-data/tags/instance/$FAKE_TAG_KEY")
     n=$(( $(cat "$FAKE_DIR/polls" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAKE_DIR/polls"
     # The tag lands after the instance boots (the resume program tags after CreateFleet).
@@ -204,7 +205,12 @@ FAKE_APT = RECORDER + (
 )
 
 
-def _fakes(tmp: Path, tools_present: bool) -> Path:
+# MADE UP BY US: `coreburst burst node-check` (coreburst/burst/health.py) recorded, passing
+# or failing as FAKE_CHECK says (its own behaviour is tested in tests/unit/burst/test_health.py).
+FAKE_COREBURST = RECORDER + '[ "$FAKE_CHECK" = pass ] || { echo "gpu: 7 of 8" >&2; exit 1; }\n'
+
+
+def _fakes(tmp: Path, tools_present: bool, checker: bool = True) -> Path:
     bin_dir = tmp / "fakebin"
     bin_dir.mkdir()
     tools = {
@@ -217,6 +223,8 @@ def _fakes(tmp: Path, tools_present: bool) -> Path:
     }
     if tools_present:
         tools |= {"slurmd": RECORDER, "munged": RECORDER}
+    if checker:
+        tools["coreburst"] = FAKE_COREBURST
     for name, text in tools.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -234,6 +242,7 @@ def _run_join(
     tools_present: bool = True,
     install: bool = True,
     key: bytes = MUNGE_KEY,
+    check: str = "pass",  # pass | fail | absent (no coreburst on the image) | off (no gate)
 ) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
     root = tmp / "root"
     root.mkdir()
@@ -249,6 +258,7 @@ def _run_join(
         poll_seconds=0.05,
         gres_line="Name=gpu Type=h100 File=/dev/nvidia[0-7]",
         install_packages=install,
+        health_gate=check != "off",
         root=str(root),
     )
     block = "\n".join(render_slurm_join(join))
@@ -257,7 +267,9 @@ def _run_join(
         **os.environ,
         # Coreutils from /usr/bin and /bin only: this machine's own slurmd (/usr/sbin) must not
         # stand in for the image's.
-        "PATH": f"{_fakes(tmp, tools_present)}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "PATH": f"{_fakes(tmp, tools_present, check != 'absent')}{os.pathsep}/usr/bin"
+        f"{os.pathsep}/bin",
+        "FAKE_CHECK": check,
         "TMPDIR": str(tmp),
         "FAKE_LOG": str(log),
         "FAKE_DIR": str(fake_dir),
@@ -317,13 +329,38 @@ def test_join_reads_tag_key_and_conf_then_starts_slurmd(tmp_path: Path) -> None:
         f"aws ssm get-parameter --region {REGION} --name {PARAM_ARN} --with-decryption "
         "--query Parameter.Value --output text"
     ) in calls
-    services = [c for c in calls if c.startswith("systemctl ")]
+    services = [c for c in calls if c.startswith(("systemctl ", "coreburst "))]
     assert services == [
         "systemctl restart munge",
+        # The health gate runs before slurmd may register.
+        "coreburst burst node-check --node dev-p5-2 --instance-type p5.48xlarge --gate",
         "systemctl enable slurmd",
         "systemctl restart slurmd",
     ]
     assert not [c for c in calls if c.startswith("apt-get")]  # slurmd and munged are present
+
+
+def test_a_node_failing_the_health_gate_never_starts_slurmd(tmp_path: Path) -> None:
+    proc, _, calls = _run_join(tmp_path, check="fail")
+    assert proc.returncode == 1
+    assert "health check failed on dev-p5-2 (p5.48xlarge)" in proc.stderr
+    assert "slurmd not started" in proc.stderr
+    assert not [c for c in calls if "slurmd" in c and c.startswith("systemctl")]
+
+
+def test_an_image_without_coreburst_does_not_pass_the_gate_silently(tmp_path: Path) -> None:
+    proc, _, calls = _run_join(tmp_path, check="absent")
+    assert proc.returncode == 1
+    assert "coreburst is not installed on this image" in proc.stderr
+    assert "healthGate: false" in proc.stderr
+    assert not [c for c in calls if "slurmd" in c and c.startswith("systemctl")]
+
+
+def test_the_gate_can_be_turned_off(tmp_path: Path) -> None:
+    proc, _, calls = _run_join(tmp_path, check="off")
+    assert proc.returncode == 0, proc.stderr
+    assert not [c for c in calls if c.startswith("coreburst ")]
+    assert "systemctl restart slurmd" in calls
 
 
 def test_file_mode_writes_slurm_conf_and_the_nodes_gres(tmp_path: Path) -> None:
