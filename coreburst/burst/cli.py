@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
@@ -152,9 +153,16 @@ def _power(stack: str, stack_dir: Path) -> Power:
 
     s = _stack(stack, stack_dir)
     audit = _setup_logs(s)
+    from coreburst.burst.agent import botocore_session  # the agent's warm models (a child)
     from coreburst.burst.ec2io import client_config  # adaptive retries (throttling)
+    from coreburst.burst.fast import FALLBACK_ENV
 
-    ec2 = boto3.session.Session(region_name=s.config.region).client("ec2", config=client_config())
+    if why := os.environ.pop(FALLBACK_ENV, None):
+        logging.getLogger("coreburst.burst.agent").warning("agent not used: %s", _escaped(why))
+    session = boto3.session.Session(
+        region_name=s.config.region, botocore_session=botocore_session()
+    )
+    ec2 = session.client("ec2", config=client_config())
     return Power(s, ec2, Scontrol(), audit)
 
 
@@ -341,6 +349,40 @@ def node_check(  # noqa: PLR0917 (one parameter per CLI option)
         echo=typer.echo,
     )
     raise typer.Exit(code)
+
+
+@app.command()
+def agent(
+    stack: StackOpt,
+    socket_path: Annotated[
+        Path, typer.Option("--socket", help="Unix socket to serve (created 0600).")
+    ],
+    stack_dir: StackDirOpt = HERE,
+) -> None:
+    """Serve resume, suspend and resume-fail from one warm process (a fork per run), for the programs rendered with coreburst:burst.agentSocket; runs until SIGTERM.
+
+    $ coreburst burst agent --stack prod --stack-dir /etc/coreburst --socket /run/coreburst/burst-agent.sock"""  # noqa: E501
+    from coreburst.burst import agent as burst_agent
+
+    s = _stack(stack, stack_dir)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
+    log = logging.getLogger("coreburst.burst.agent")
+    log.handlers[:] = [handler]
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    limit = max(s.settings.resume_timeout, s.settings.suspend_timeout) + burst_agent.LIMIT_MARGIN_S
+    try:
+        listener = burst_agent.bind(socket_path)  # before the warm-up: a bad path fails at once
+    except burst_agent.AgentError as exc:
+        raise _fail(str(exc)) from None
+    try:
+        burst_agent.warm(s.config.region)
+    except burst_agent.AgentError as exc:
+        listener.close()
+        socket_path.unlink(missing_ok=True)
+        raise _fail(str(exc)) from None
+    burst_agent.serve(listener, socket_path, stack, stack_dir.resolve(), limit_s=limit)
 
 
 def main() -> None:

@@ -169,6 +169,9 @@ class BurstSettings(_Model):
     resume_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume"
     suspend_program: SafeValue = "/usr/local/sbin/coreburst-burst-suspend"
     resume_fail_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume-fail"
+    # The burst agent's socket (coreburst burst agent --socket): when set, the rendered programs
+    # ask that warm process to run them (coreburst/burst/fast.py) and run directly if it is down.
+    agent_socket: Path | None = None
     # Seconds. A GPU instance needs minutes to boot and register.
     suspend_time: int = Field(default=600, ge=1)
     resume_timeout: int = Field(default=1800, ge=1)

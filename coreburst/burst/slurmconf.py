@@ -28,6 +28,7 @@ Policy is written the way Slurm applies it:
 from __future__ import annotations
 
 import shlex
+import sys
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -254,12 +255,23 @@ def reservation_commands(
 
 
 def render_program(
-    kind: str, stack: BurstStack, cli: list[str], stack_dir: str, env_file: str
+    kind: str,
+    stack: BurstStack,
+    cli: list[str],
+    stack_dir: str,
+    env_file: str,
+    *,
+    python: str = sys.executable,
 ) -> str:
     """A program for slurmctld to run (it passes one hostlist argument and a bare environment):
     loads the site's environment file (AWS profile or endpoint), then runs
-    ``coreburst burst <kind>``."""
+    ``coreburst burst <kind>``. With ``agentSocket`` set it runs the thin client
+    (``python -P -m coreburst.burst.fast``, stdlib only), which asks the agent on that socket
+    and runs the same command itself when the agent is down."""
     argv = [*cli, kind, "--stack", stack.name, "--stack-dir", stack_dir]
+    sock = stack.settings.agent_socket
+    if sock is not None:
+        argv = [python, "-P", "-m", "coreburst.burst.fast", "--socket", str(sock), "--", *argv]
     return (
         "#!/bin/sh\n"
         f"# coreburst burst {kind} for stack {stack.name} (rendered by coreburst burst "

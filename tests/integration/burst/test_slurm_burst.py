@@ -281,3 +281,75 @@ def test_node_addresses_reach_slurm(burst_lab: BurstLab, monkeypatch: pytest.Mon
                 check=False,
             )
         burst_lab.ec2.terminate_instances(InstanceIds=[i["InstanceId"] for i in insts])
+
+
+def test_resume_through_the_burst_agent(burst_lab: BurstLab) -> None:
+    """With ``agentSocket``, the resume program slurmctld runs is the thin client: the burst
+    agent (coreburst/burst/agent.py) forks a child that launches the node's instance (its own
+    pid in the power log, not the agent's); the node registers. With the agent stopped the
+    same program runs the full program itself and says why in the log."""
+    import signal
+    import sys
+    from pathlib import Path
+
+    from coreburst.burst.config import load_burst_stack
+    from coreburst.burst.slurmconf import render_program
+
+    slurm = burst_lab.slurm
+    lab, etc = slurm.lab, slurm.lab / "etc"
+    program = etc / "coreburst-burst-resume"
+    original = program.read_text()
+    sock = lab / "agent.sock"
+    stack = load_burst_stack("lab", lab)
+    stack = stack.model_copy(
+        update={"settings": stack.settings.model_copy(update={"agent_socket": sock})}
+    )
+    cli = [sys.executable, "-m", "coreburst.burst.cli"]
+    agent_log = lab / "log" / "agent.log"
+    repo = str(Path(__file__).resolve().parents[3])
+    with agent_log.open("wb") as err:
+        agent = subprocess.Popen(
+            [*cli, "agent", "--stack", "lab", "--stack-dir", str(lab), "--socket", str(sock)],
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": repo},
+            stdout=err,
+            stderr=err,
+        )
+    try:
+        burst_lab.wait("agent listening", sock.exists, 60)
+        program.write_text(render_program("resume", stack, cli, str(lab), str(etc / "burst.env")))
+        slurm.run("scontrol", "update", "nodename=od-1", "state=power_up")
+        burst_lab.wait("od-1 instance", lambda: len(burst_lab.instances("od-1")) == 1, 30)
+        burst_lab.wait("od-1 registered", lambda: "POWERING_UP" not in slurm.node_state("od-1"), 60)
+        (child,) = [
+            int(line.split("pid ")[1].split(":")[0])
+            for line in agent_log.read_text().splitlines()
+            if ": resume od-1 for client pid" in line
+        ]
+        power_log = (lab / "log" / "burst-power.log").read_text().splitlines()
+        assert any(f" {child} INFO launched " in x and "node od-1" in x for x in power_log)
+        assert child != agent.pid
+        slurm.run("scontrol", "update", "nodename=od-1", "state=power_down")
+        burst_lab.wait("od-1 instance terminated", lambda: burst_lab.instances("od-1") == [], 30)
+        # The agent stops: the same program now runs the full program itself.
+        agent.send_signal(signal.SIGTERM)
+        agent.wait(10)
+        assert not sock.exists()
+        burst_lab.wait(
+            "od-1 powered down", lambda: "POWERING_DOWN" not in slurm.node_state("od-1"), 30
+        )
+        slurm.run("scontrol", "update", "nodename=od-1", "state=power_up")
+        burst_lab.wait("od-1 instance", lambda: len(burst_lab.instances("od-1")) == 1, 30)
+        log_text = (lab / "log" / "burst-power.log").read_text()
+        assert f"agent not used: no agent at {sock}" in log_text
+        burst_lab.wait("od-1 registered", lambda: "POWERING_UP" not in slurm.node_state("od-1"), 60)
+        slurm.run("scontrol", "update", "nodename=od-1", "state=power_down")
+        burst_lab.wait("od-1 instance terminated", lambda: burst_lab.instances("od-1") == [], 30)
+    finally:
+        program.write_text(original)
+        if agent.poll() is None:
+            agent.send_signal(signal.SIGTERM)
+            try:
+                agent.wait(10)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+                agent.wait(10)
