@@ -245,6 +245,7 @@ def release_hold(
     The burst-reconcile rule counts only the pool's failures after this release."""  # noqa: E501
     import getpass
     import os
+    import sqlite3
 
     from guardrails.rules.burst_reconcile import (
         BACKOFF_PREFIX,
@@ -274,8 +275,22 @@ def release_hold(
             slurm.scontrol("delete", f"ReservationName={name}")
     except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
         raise _fail(f"scontrol: {exc}") from None
+    from coreburst.burst.claims import Claims
+
+    claims_path = s.settings.claims_file or s.settings.audit_log.with_name("burst-claims.sqlite")
+    try:  # the (instance type, zone) choices the resume program backed off
+        forgiven = Claims(claims_path).forgive(pool)
+    except (OSError, sqlite3.Error) as exc:
+        raise _fail(f"claims {claims_path}: {exc}") from None
     who = os.environ.get("SUDO_USER") or getpass.getuser()
-    audit(OPERATOR_RELEASED, pool=pool, reservations=mine, by=who, reason=_escaped(reason))
+    audit(
+        OPERATOR_RELEASED,
+        pool=pool,
+        reservations=mine,
+        choices_lifted=forgiven,
+        by=who,
+        reason=_escaped(reason),
+    )
     log.warning("pool %s released by %s (%s): %s", pool, who, reason or "-", mine or "no hold")
     if mine:
         typer.echo(f"released pool {pool}: deleted {', '.join(mine)}")
