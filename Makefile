@@ -8,10 +8,15 @@ PYTHON ?= python3
 setup: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml
+	@echo "setup 1/3: creating the virtual environment $(VENV) ($(PYTHON) -m venv)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev]'
+	@echo "setup 2/3: upgrading pip in $(VENV)"
+	$(BIN)/pip install --upgrade pip
+	@echo "setup 3/3: installing coreburst and its dev extra into $(VENV) (about 160 packages:"
+	@echo "           Pulumi, Ansible, moto, matplotlib...; about 5 minutes on a fresh machine)"
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
 	touch $@
+	@echo "setup done: $(VENV)/bin/coreburst is installed (or: . $(VENV)/bin/activate)"
 
 ## Debian packages the tests use for real (root; no-op when present). See .ci/run.
 SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip slurmctld slurmd slurm-client munge prometheus \
@@ -25,8 +30,11 @@ system-deps:
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
 	fi
 
-## The main job on the embedded default: offline evaluation of the dev stack with costs.
+## The guardrails daemon against an emulated fleet (no cloud, no credentials; all on 127.0.0.1).
 demo: setup
+	@echo "demo: starting the AWS emulator (moto server) and a Slack webhook receiver on 127.0.0.1,"
+	@echo "      launching emulated p5/trn2 nodes, then guardrail cycles on a fast clock (about 30 s);"
+	@echo "      it stops everything it started"
 	$(BIN)/coreburst guardrails demo
 
 plan: setup

@@ -20,7 +20,7 @@ engages it with any non-empty value except an explicit false (``0``, ``false``, 
 An unset or blank variable leaves it off. The file ``safety.kill_switch_file`` engages it by
 existing.
 
-Every duration has an allowed range (see ``Between`` on each field and the README); values
+Every duration has an allowed range (see ``Between`` on each field and docs/guardrails.md); values
 are written ``45s``, ``30m``, ``1h30m``, ``2d`` or as a number of seconds.
 """
 

@@ -1,4 +1,4 @@
-"""The layer contract (README "Architecture"), enforced by import-linter on the real source:
+"""The layer contract (docs/architecture.md), enforced by import-linter on the real source:
 
     coreburst > sandbox > burst > infra > guardrails | policies | onprem | tco > common
 
@@ -126,8 +126,10 @@ def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
         assert line in report, report
 
 
-# -- the README's map matches the tree -------------------------------------------------------------
+# -- the README's and docs' map matches the tree ---------------------------------------------------
 README = ROOT / "README.md"
+# The contract and the layout table live in docs/architecture.md (the README links it).
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
 PATH_RE = re.compile(r"`((?:[\w.-]+/)+[\w.<>-]*)`")
 # Paths that exist once built or run, not in a checkout.
 GENERATED = {"build/lambda"}
@@ -140,7 +142,7 @@ def _readme_paths(text: str) -> set[str]:
 
 def test_every_path_the_readmes_name_exists() -> None:
     missing = []
-    for readme in (README, ROOT / "ansible" / "README.md"):
+    for readme in (README, ROOT / "ansible" / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
         base = ROOT if readme == README else readme.parent
         # Rows of the layout table name paths under their directory: checked below.
         text = "\n".join(
@@ -170,7 +172,7 @@ def test_every_file_the_layout_table_names_is_in_its_directory() -> None:
 
 
 def _layout() -> str:
-    return README.read_text(encoding="utf-8").split("\n## Layout\n")[1]
+    return ARCHITECTURE.read_text(encoding="utf-8").split("\n## Layout\n")[1]
 
 
 def test_every_rule_component_and_role_is_one_hop_from_the_readme() -> None:
@@ -193,5 +195,6 @@ def test_every_rule_component_and_role_is_one_hop_from_the_readme() -> None:
 
 
 def test_the_readme_states_the_contract_pyproject_enforces() -> None:
-    text = " ".join(README.read_text(encoding="utf-8").replace("**", "").split())
+    assert "docs/architecture.md" in README.read_text(encoding="utf-8")
+    text = " ".join(ARCHITECTURE.read_text(encoding="utf-8").replace("**", "").split())
     assert " > ".join(LAYERS) in text

@@ -129,3 +129,43 @@ def test_lambda_package_is_built_before_pulumi_runs(name: str, pulumi_cmd: str) 
     project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text())
     assert project["runtime"]["options"]["virtualenv"] == ".venv"
     assert "build/" in (ROOT / ".gitignore").read_text().split()
+
+
+def _matrix_values(job: dict, expr: str) -> list[str]:
+    """``${{ matrix.stack }}`` -> the job's matrix values for ``stack``; a literal as itself."""
+    m = re.fullmatch(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", expr.strip())
+    if not m:
+        return [expr.strip()]
+    return [str(v) for v in job["strategy"]["matrix"][m.group(1)]]
+
+
+def test_every_secret_variable_and_environment_is_named_in_the_gitops_doc() -> None:
+    """A newcomer sets up what the workflows need from docs/gitops.md alone (issue 24 item 3):
+    each ``secrets.X``, ``vars.X`` and ``environment:`` the workflows use is a row there."""
+    doc = (ROOT / "docs" / "gitops.md").read_text(encoding="utf-8")
+    rows = {
+        (m.group(1), m.group(2))
+        for m in re.finditer(r"(?m)^\| (secret|variable|environment) \| `([^`]+)` \|", doc)
+    }
+    needed: set[tuple[str, str]] = set()
+    for path in sorted(WORKFLOWS.glob("*.yml")):
+        text = path.read_text()
+        needed |= {("secret", s) for s in re.findall(r"\bsecrets\.(\w+)", text)}
+        needed |= {("variable", v) for v in re.findall(r"\bvars\.(\w+)", text)}
+        for job in _load(path.name)["jobs"].values():
+            env = job.get("environment")
+            if env is not None:
+                name = env["name"] if isinstance(env, dict) else env
+                needed |= {("environment", e) for e in _matrix_values(job, name)}
+    assert ("secret", "PULUMI_ACCESS_TOKEN") in needed and ("environment", "prod") in needed
+    assert sorted(needed - rows) == []
+    # The OIDC trust and the Pulumi CLI install are there too, with the AWS page they follow.
+    assert (
+        "token.actions.githubusercontent.com:sub" in doc and "sts:AssumeRoleWithWebIdentity" in doc
+    )
+    assert "Configuring a role for GitHub OIDC identity provider" in doc
+    assert "curl -fsSL https://get.pulumi.com | sh" in doc and "pulumi/actions@" in doc
+    for path in sorted(WORKFLOWS.glob("*.yml")):  # the doc pins the CLI the workflows install
+        for version in re.findall(r"pulumi-version: ([\d.]+)", path.read_text()):
+            assert f"--version {version}" in doc and f"pulumi-version: {version}" in doc
+    assert "docs/gitops.md" in (ROOT / "README.md").read_text(encoding="utf-8")

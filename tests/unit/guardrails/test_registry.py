@@ -1,6 +1,6 @@
 """One registry drives what runs, what ``rules:`` may name, what the role allows and what the
-README lists; each rule is a module of ``guardrails/rules/`` over a ``RuleContext``, never the
-daemon; the budget relay is a rule like the others.
+layout table (docs/architecture.md) lists; each rule is a module of ``guardrails/rules/`` over
+a ``RuleContext``, never the daemon; the budget relay is a rule like the others.
 
 The budget relay's declared IAM actions are checked against the calls it makes on moto
 (in-process), named as in botocore's SQS service model; IAM action = ``sqs:<Operation>``
@@ -56,7 +56,7 @@ def test_the_registry_is_the_config_vocabulary_in_run_order() -> None:
 
 
 def test_each_rule_is_its_own_module_and_the_readme_points_at_it() -> None:
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "architecture.md").read_text()  # the layout table
     for name, rule in REGISTRY.items():
         module = (rule.run or rule.section).__module__
         path = ROOT / (module.replace(".", "/") + ".py")
