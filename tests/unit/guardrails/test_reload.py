@@ -19,6 +19,9 @@ from guardrails.daemon import CycleReport, Daemon
 def test_bad_edit_keeps_last_good_config_and_good_edit_applies(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # `run` checks for credentials before writing anything; the cycles here are stand-ins.
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
     cfg = tmp_path / "g.yaml"
     base = (
         f'state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}\n'
