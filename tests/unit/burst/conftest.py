@@ -12,6 +12,25 @@ import yaml
 from coreburst.burst.config import BurstStack, load_burst_stack
 
 
+class RecordingSlurm:
+    """Records scontrol argv (no Slurm here; the integration suite runs these for real)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def scontrol(self, *args: str) -> str:
+        self.calls.append(args)
+        return ""
+
+
+def fake_aws_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """moto in process: no endpoint or profile from the machine, test credentials."""
+    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+
+
 def stack_map(
     clusters: list[dict[str, Any]], burst: dict[str, Any] | None = None
 ) -> dict[str, Any]:

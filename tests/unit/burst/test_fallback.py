@@ -22,7 +22,7 @@ from coreburst.burst.power import Audit, Power, ResumeResult
 from coreburst.burst.slurmconf import node_sets, render_gres, render_slurm_include
 from coreburst.common.ec2errors import ACTIONS, classify, resolve
 from infra.config import StackConfigError
-from tests.unit.burst.conftest import stack_map
+from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
 
 AMI = "ami-12c6146b"
 OD = {
@@ -46,21 +46,12 @@ def _stack(tmp_path: Path, clusters: list[dict[str, Any]] | None = None) -> Burs
     return parse_burst("t", m)
 
 
-class Slurm:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, ...]] = []
-
-    def scontrol(self, *args: str) -> str:
-        self.calls.append(args)
-        return ""
+Slurm = RecordingSlurm
 
 
 @pytest.fixture
 def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    fake_aws_env(monkeypatch)
     with mock_aws():
         client = boto3.client("ec2", region_name="us-east-1")
         vpc = client.create_vpc(CidrBlock="10.64.0.0/16")["Vpc"]["VpcId"]

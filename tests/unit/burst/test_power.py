@@ -35,28 +35,14 @@ from coreburst.common.pricing import instance_rate
 from guardrails.adapters.slurm import parse_spend_holds, releasable
 from guardrails.stores.sqlite import State
 from infra.config import StackConfigError
-from tests.unit.burst.conftest import stack_map
+from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
 
 AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
-class RecordingSlurm:
-    """Records scontrol argv (no Slurm here; the integration suite runs these for real)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, ...]] = []
-
-    def scontrol(self, *args: str) -> str:
-        self.calls.append(args)
-        return ""
-
-
 @pytest.fixture
 def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
-    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    fake_aws_env(monkeypatch)
     with mock_aws():
         yield boto3.client("ec2", region_name="us-east-2")
 
