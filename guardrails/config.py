@@ -426,6 +426,13 @@ class BurstReconcileConfig(_Strict):
     spend_scope: str | None = "account"
     # A spend snapshot older than this is not trusted: the gate launches nothing, holds stay.
     spend_snapshot_max_age: Annotated[timedelta, Between("1m", "1d")] = timedelta(hours=1)
+    # Spot to on-demand: a job pending in spot_partition only, for longer than this, also gets
+    # on_demand_partition (scontrol update jobid=N partition=spot,burst), so it runs on
+    # on-demand if spot has no capacity, once the resume program's spend gate approves the
+    # on-demand price. null: jobs wait for spot.
+    spot_fallback_after: Annotated[timedelta, Between("10s", "7d")] | None = None
+    spot_partition: str = Field(default="spot", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    on_demand_partition: str = Field(default="burst", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
 
     @model_validator(mode="after")
     def _stack_when_enabled(self) -> BurstReconcileConfig:

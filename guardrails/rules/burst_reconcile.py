@@ -35,6 +35,10 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   ``bootstrap_failures_before_protect`` resume-fail events (nodes that never registered) within
   ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
   deletes it (``scontrol delete reservation ...``). Slack says so for each hold placed.
+* **Spot to on-demand** (``spot_fallback_after``): a job pending in the spot partition only
+  for longer than that also gets the on-demand partition (``scontrol update jobid=N
+  partition=spot,burst``, the reason in its AdminComment); the resume program's spend gate
+  still decides whether on-demand launches.
 * **Heartbeat**: after each completed pass, ``heartbeat_file`` is replaced atomically with the
   time; the resume program refuses to launch when it is stale.
 
@@ -65,6 +69,7 @@ from guardrails.adapters.slurm import (
     delete_reservation,
     parse_spend_holds,
     releasable,
+    run_tool,
     spend_left,
 )
 from guardrails.config import BurstReconcileConfig
@@ -182,8 +187,7 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
                 pool,
                 f"{BACKOFF_PREFIX}{pool}-{ms}",
                 max(1, math.ceil((backoff - (t - ts)) / 60)),
-                f"{ice_code.get(pool, ICE)} for pool {pool}: no launches for "
-                f"{p.capacity_backoff}",
+                f"{ice_code.get(pool, ICE)} for pool {pool}: no launches for {p.capacity_backoff}",
                 f"burst-backoff:{pool}:{ms}",
             )
         )
@@ -511,6 +515,74 @@ def _alert_spend_holds(ctx: RuleContext, events: list[dict[str, Any]], text: str
         )
 
 
+def spot_waiting(
+    squeue_out: str, now: datetime, after: timedelta, spot: str, on_demand: str
+) -> list[tuple[str, str, float]]:
+    """(job id, its partitions, seconds pending) of the jobs pending in the spot partition
+    only for longer than ``after``, from ``squeue -h -t PD -o %i|%P|%V`` (job id, partition
+    list, submit time in Slurm's ISO form). A line that does not parse is skipped."""
+    out = []
+    for line in squeue_out.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) != 3:
+            continue
+        job, parts_, submitted = parts
+        names = parts_.split(",")
+        if spot not in names or on_demand in names:
+            continue
+        try:
+            t = datetime.fromisoformat(submitted)
+        except ValueError:
+            continue
+        if t.tzinfo is None:  # Slurm prints the controller's local time without a zone
+            t = t.replace(tzinfo=now.astimezone().tzinfo)
+        waited = (now - t).total_seconds()
+        if waited >= after.total_seconds():
+            out.append((job, parts_, waited))
+    return out
+
+
+def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
+    """Give jobs that waited too long for spot the on-demand partition too (audited, through
+    the actuator: dry-run, caps, kill switch). The resume program's spend gate still decides
+    whether on-demand may launch."""
+    p = ctx.cfg.burst_reconcile
+    assert p.spot_fallback_after is not None
+    try:
+        out = run_tool(
+            "squeue", "-h", "-t", "PD", "-p", p.spot_partition, "-o", "%i|%P|%V",
+            bin_dir=p.slurm_bin_dir, conf=p.slurm_conf, timeout_s=p.slurm_timeout_s,
+        )  # fmt: skip
+    except SlurmError as exc:
+        ctx.report.errors.append(f"burst-reconcile: {exc}")
+        return
+    now = ctx.clock.now()
+    for job, parts, waited in spot_waiting(
+        out, now, p.spot_fallback_after, p.spot_partition, p.on_demand_partition
+    ):
+        key = f"burst-spot-fallback:{job}"
+        why = (
+            f"pending {timedelta(seconds=int(waited))} for spot (more than "
+            f"{p.spot_fallback_after}): "
+            f"{p.on_demand_partition} added"
+        )
+        ctx.actuator.audit("burst.spot_fallback", job=job, partitions=parts, why=why)
+        note = f"AdminComment=coreburst: {why}; the burst spend gate checks the on-demand price"
+        args = ("update", f"jobid={job}", f"partition={parts},{p.on_demand_partition}", note)
+        try:
+            ctx.actuator.execute(
+                key,
+                f"job {job}",
+                "slurm",
+                "spot-fallback",
+                reason=why,
+                call=lambda a=args: slurm.run(*a),  # type: ignore[misc]
+            )
+        except SlurmError as exc:  # the job may have started or ended since: decide again
+            ctx.state.drop_intent(key)
+            ctx.actuator.audit("action.failed", key=key, instance_id=f"job {job}", error=str(exc))
+
+
 def run(ctx: RuleContext) -> None:
     p = ctx.cfg.burst_reconcile
     now = ctx.clock.now()
@@ -617,6 +689,8 @@ def run(ctx: RuleContext) -> None:
         repaired=len(todo.repair),
         guarded=len(todo.guarded),
     )
+    if p.spot_fallback_after is not None:
+        _spot_fallback(ctx, slurm)
     if p.heartbeat_file is not None:
         write_heartbeat(
             p.heartbeat_file,

@@ -19,6 +19,7 @@ is back and the hold is lifted the job runs on a burst node.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,7 +57,7 @@ def _job(lab: BurstLab, job: str) -> dict[str, str]:
     return dict(t.partition("=")[::2] for t in out.split() if "=" in t)
 
 
-def _guardrails_yaml(lab: BurstLab) -> Path:
+def _guardrails_yaml(lab: BurstLab, extra: str = "") -> Path:
     d = lab.slurm.lab
     path = d / "guardrails.yaml"
     path.write_text(
@@ -66,6 +67,7 @@ def _guardrails_yaml(lab: BurstLab) -> Path:
         "metrics_endpoint: {enabled: false}\n"
         f'safety: {{kill_switch_file: "{d}/stop"}}\n'
         "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, capacity_backoff: 10m, "
+        f"{extra}"
         f'slurm_conf: "{lab.slurm.conf}", burst_audit_log: "{d}/log/burst-audit.jsonl"}}\n'
     )
     return path
@@ -261,3 +263,40 @@ def test_reconcile_returns_a_node_left_down_by_a_failed_resume_to_the_pool(lab: 
         assert "DOWN" in slurm.node_state("sp-1").split("+")
     finally:
         slurm.run("scontrol", "update", "nodename=sp-1", "state=resume", check=False)
+
+
+def test_a_job_waiting_too_long_for_spot_falls_back_to_on_demand(lab: BurstLab) -> None:
+    """The spot pool is held (as after a spot capacity failure): a job submitted to the spot
+    partition only waits; once it has waited spot_fallback_after, a daemon cycle adds the
+    on-demand partition, and the job runs on an on-demand node (the resume program's spend
+    gate, when configured, still decides the launch)."""
+    slurm = lab.slurm
+    resv = f"coreburst-backoff-sp-{int(time.time() * 1000)}"
+    slurm.run(
+        "scontrol", "create", "reservation", f"ReservationName={resv}", "Nodes=sp-1",
+        "Users=root", "Flags=MAINT,IGNORE_JOBS", "StartTime=now", "Duration=10",
+    )  # fmt: skip
+    job = _sbatch(lab, "-p", "spot", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 1")
+    try:
+        path = _guardrails_yaml(lab, "spot_fallback_after: 10s, ")
+        events, _ = _daemon_cycle(path)  # too early: nothing changes
+        assert [e for e in events if e["event"] == "burst.spot_fallback"] == []
+        assert _job(lab, job)["Partition"] == "spot"
+        time.sleep(10)
+        events, _ = _daemon_cycle(path)
+        (fell,) = [e for e in events if e["event"] == "burst.spot_fallback"]
+        assert fell["job"] == job and fell["partitions"] == "spot"
+        lab.wait("job done on demand", lambda: _job(lab, job)["JobState"] == "COMPLETED", 90)
+        assert _job(lab, job)["NodeList"] in ("od-1", "od-2")
+        shown = slurm.run("scontrol", "show", "job", job).stdout
+        assert re.search(
+            r"AdminComment=coreburst: pending 0:00:\d\d for spot \(more than 0:00:10\): burst "
+            r"added; the burst spend gate checks the on-demand price",
+            shown,
+        ), shown
+        # Once done, the next cycle leaves it alone (one action per job).
+        events, _ = _daemon_cycle(path)
+        assert [e for e in events if e["event"] == "burst.spot_fallback"] == []
+    finally:
+        slurm.run("scancel", job, check=False)
+        slurm.run("scontrol", "delete", f"ReservationName={resv}", check=False)

@@ -821,3 +821,21 @@ def test_idle_reclaim_leaves_a_burst_node_to_slurm_without_the_reconciler(
     assert state_of(ec2, iid) == "running" and slurm.calls() == []
     (left,) = [e for e in audit if e["event"] == "reclaim.left-to-slurm"]
     assert "SuspendTime" in left["why"]
+
+
+def test_spot_waiting_picks_spot_only_jobs_pending_long_enough() -> None:
+    """squeue -h -t PD -o %i|%P|%V (squeue(1): job id, partitions, submit time); made up here in
+    that format."""
+    from guardrails.rules.burst_reconcile import spot_waiting
+
+    now = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
+    out = (
+        "11|spot|2026-12-04T11:40:00\n"  # 20 min: falls back
+        "12|spot|2026-12-04T11:55:00\n"  # 5 min: waits
+        "13|spot,burst|2026-12-04T11:00:00\n"  # already may run on demand
+        "14|core|2026-12-04T11:00:00\n"  # not a spot job
+        "garbage line\n15|spot|not-a-time\n"
+    )
+    got = spot_waiting(out, now, timedelta(minutes=10), "spot", "burst")
+    assert [(j, p) for j, p, _ in got] == [("11", "spot")]
+    assert got[0][2] == 1200
