@@ -86,7 +86,11 @@ def test_gate_holds_then_releases_when_the_limit_rises(
     burst_lab: BurstLab,
 ) -> None:
     lab, slurm = burst_lab, burst_lab.slurm
-    rate, _ = instance_rate(load_catalog(), "p5.48xlarge", "us-east-1", "on-demand")
+    # Pool od may launch p5 or its fallback p5e: the gate counts the dearer.
+    rate = max(
+        instance_rate(load_catalog(), t, "us-east-1", "on-demand")[0]
+        for t in ("p5.48xlarge", "p5e.48xlarge")
+    )
     spent = 900.0
     state_path = slurm.lab / "guardrails-state.sqlite"
     store = State(state_path)  # what the daemon writes each cycle (rules/spend_limit.py)
@@ -189,7 +193,11 @@ def test_two_jobs_that_fit_only_together_over_the_limit_one_runs_one_waits_with_
     first may still cost counts (today's code approved both: $110.08 against $82.56). The
     held job says why in ``scontrol show job`` (AdminComment), with its projected cost."""
     lab, slurm = burst_lab, burst_lab.slurm
-    rate, _ = instance_rate(load_catalog(), "p5.48xlarge", "us-east-1", "on-demand")
+    # Pool od may launch p5 or its fallback p5e: the gate counts the dearer.
+    rate = max(
+        instance_rate(load_catalog(), t, "us-east-1", "on-demand")[0]
+        for t in ("p5.48xlarge", "p5e.48xlarge")
+    )
     state_path = slurm.lab / "guardrails-state-2.sqlite"
     store = State(state_path)
     store.add_spend(datetime.now(UTC), "account", burn=0.0, today=0.0, mtd=0.0, proj=0.0)
