@@ -46,8 +46,14 @@ lint: setup
 	$(BIN)/mypy
 
 ## The whole test suite: lint, types, unit and integration tests.
+## pytest-xdist workers, each taking a whole test file at a time (--dist loadfile: a file's
+## module-scoped Slurm lab or moto server starts once, on one worker). The Slurm-lab and Ansible
+## files mostly wait on timers and subprocesses, the unit files mostly compute: four workers
+## overlap the waits with the computing on two cores (two left the labs' waits end to end).
+## TEST_WORKERS=0 runs the suite in one process.
+TEST_WORKERS ?= 4
 test: system-deps lint
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

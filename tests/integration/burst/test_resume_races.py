@@ -57,11 +57,13 @@ def _start(lab: BurstLab, kind: str, hostlist: str) -> subprocess.Popen[str]:
     )
 
 
-def _programs(kind: str) -> list[psutil.Process]:
+def _programs(lab: BurstLab, kind: str) -> list[psutil.Process]:
+    """This lab's ``kind`` programs still running (their ``--stack-dir`` is the lab's
+    directory: labs of other test workers run their own)."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         cmd = p.info["cmdline"] or []
-        if "coreburst.burst.cli" in cmd and kind in cmd:
+        if "coreburst.burst.cli" in cmd and kind in cmd and str(lab.slurm.lab) in cmd:
             out.append(p)
     return out
 
@@ -98,7 +100,7 @@ def _power_down(lab: BurstLab, hostlist: str) -> None:
     """Back to the start: powered down through Slurm (its SuspendProgram terminates), every
     instance gone and every node idle~ (bounded)."""
     nodes = expand(hostlist)
-    lab.wait("resume programs finished", lambda: not _programs("resume"), 60)
+    lab.wait("resume programs finished", lambda: not _programs(lab, "resume"), 60)
     lab.slurm.run("scontrol", "update", f"nodename={hostlist}", "state=power_down_force")
     lab.wait("instances terminated", lambda: not set(nodes) & set(_all_live(lab)), 60)
 
@@ -120,7 +122,7 @@ def test_two_resumes_at_once_launch_one_instance_per_node(lab: BurstLab) -> None
     try:
         for p in procs:
             assert p.wait(60) == 0, p.stderr.read() if p.stderr else ""
-        lab.wait("Slurm's own resume ran", lambda: not _programs("resume"), 60)
+        lab.wait("Slurm's own resume ran", lambda: not _programs(lab, "resume"), 60)
         lab.wait("both nodes launched", lambda: {"od-1", "od-2"} <= set(_all_live(lab)), 30)
         live = _all_live(lab)
         assert {n: len(v) for n, v in live.items()} == {"od-1": 1, "od-2": 1}
@@ -148,7 +150,7 @@ def test_eight_overlapping_resumes_launch_one_instance_per_node(lab: BurstLab) -
     try:
         for p in procs:
             assert p.wait(90) == 0, p.stderr.read() if p.stderr else ""
-        lab.wait("Slurm's own resume ran", lambda: not _programs("resume"), 60)
+        lab.wait("Slurm's own resume ran", lambda: not _programs(lab, "resume"), 60)
         live = _all_live(lab)
         assert {n: len(v) for n, v in live.items()} == {"od-1": 1, "od-2": 1, "sp-1": 1}
         assert _untagged_live(lab) == []
@@ -170,7 +172,7 @@ def test_run_killed_mid_launch_is_taken_over_with_the_same_token(lab: BurstLab) 
     try:
         slurm.run("scontrol", "update", "nodename=od-1", "state=power_up")
         lab.wait("CreateFleet reached EC2", lambda: proxy.fleets_launched > launched_before, 30)
-        (victim,) = _programs("resume")
+        (victim,) = _programs(lab, "resume")
         os.kill(victim.pid, signal.SIGKILL)
         victim.wait(10)
         first = _untagged_live(lab)
@@ -209,7 +211,7 @@ def test_resume_racing_a_suspend_keeps_nothing(lab: BurstLab) -> None:
         assert suspend.wait(60) == 0, suspend.stderr.read() if suspend.stderr else ""
         proxy.hold_fleets = None
         hold.set()
-        lab.wait("resume finished", lambda: not _programs("resume"), 60)
+        lab.wait("resume finished", lambda: not _programs(lab, "resume"), 60)
         assert "od-2" not in _all_live(lab)
         assert _untagged_live(lab) == []
         (cancelled,) = [e for e in _audit(lab) if e["event"] == "resume.cancelled"]
