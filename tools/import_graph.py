@@ -1,7 +1,7 @@
 """Print coreburst's import graph between its top-level parts: edges, cycles, upward arrows.
 
 Run: ``python tools/import_graph.py`` (``make arch``). It reads the source with grimp (the
-import-linter engine), so it shows the code as it is, not as the README describes it.
+import-linter engine), so it shows the code as it is, not as docs/architecture.md describes it.
 """
 
 from __future__ import annotations
