@@ -236,12 +236,12 @@ def check_audit_log(cfg: GuardrailsConfig) -> None:
         raise fail(_path_problem("state.audit_log", path, exc)) from None
 
 
-
 def make_console() -> Any:
     """coreburst.common.console.console, imported when output is printed (not for --help)."""
     from coreburst.common.console import console
 
     return console()
+
 
 @contextmanager
 def _daemon(cfg: GuardrailsConfig, clock: Clock | None = None) -> Iterator[Any]:
