@@ -50,10 +50,12 @@ lint: setup
 ## module-scoped Slurm lab or moto server starts once, on one worker). The Slurm-lab and Ansible
 ## files mostly wait on timers and subprocesses, the unit files mostly compute: four workers
 ## overlap the waits with the computing on two cores (two left the labs' waits end to end).
-## TEST_WORKERS=0 runs the suite in one process.
-TEST_WORKERS ?= 4
+## TEST_WORKERS=4 does that; the default is one process, because with four workers on two
+## cores the Slurm labs' start-up waits and the wall-clock budget tests failed (20 of 1,730 in
+## the fresh-clone run): parallel runs need those waits made load-proof first (issue 24).
+TEST_WORKERS ?= 0
 test: system-deps lint
-	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

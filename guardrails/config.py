@@ -429,8 +429,9 @@ class BurstReconcileConfig(_Strict):
     # Spot to on-demand: a job pending in spot_partition only, for longer than this, also gets
     # on_demand_partition (scontrol update jobid=N partition=spot,burst), so it runs on
     # on-demand if spot has no capacity, once the resume program's spend gate approves the
-    # on-demand price. null: jobs wait for spot.
-    spot_fallback_after: Annotated[timedelta, Between("10s", "7d")] | None = None
+    # on-demand price. Off (jobs wait for spot) unless spot_fallback is true.
+    spot_fallback: bool = False
+    spot_fallback_after: Annotated[timedelta, Between("10s", "7d")] = timedelta(minutes=30)
     spot_partition: str = Field(default="spot", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     on_demand_partition: str = Field(default="burst", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
 

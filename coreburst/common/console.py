@@ -23,10 +23,11 @@ PIPE_WIDTH = 240
 
 
 def console(*, stderr: bool = False, file: IO[str] | None = None) -> Console:
-    """A console that never hard-wraps: the terminal's width on a TTY; off one ``COLUMNS``
-    when set, else PIPE_WIDTH."""
+    """A console that never hard-wraps: the terminal's width on a TTY; off one PIPE_WIDTH, or
+    ``COLUMNS`` when that is wider."""
     stream = file or (sys.stderr if stderr else sys.stdout)
     tty = hasattr(stream, "isatty") and stream.isatty()
     cols = os.environ.get("COLUMNS", "")
-    width = None if tty else (int(cols) if cols.isdigit() and int(cols) > 0 else PIPE_WIDTH)
+    # COLUMNS may only widen it: CI runners and make set it to 80 with no terminal behind.
+    width = None if tty else max(PIPE_WIDTH, int(cols) if cols.isdigit() else 0)
     return Console(stderr=stderr, file=file, soft_wrap=True, width=width)

@@ -35,7 +35,7 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   ``bootstrap_failures_before_protect`` resume-fail events (nodes that never registered) within
   ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
   deletes it (``scontrol delete reservation ...``). Slack says so for each hold placed.
-* **Spot to on-demand** (``spot_fallback_after``): a job pending in the spot partition only
+* **Spot to on-demand** (``spot_fallback: true``, ``spot_fallback_after``): a job pending in the spot partition only
   for longer than that also gets the on-demand partition (``scontrol update jobid=N
   partition=spot,burst``, the reason in its AdminComment); the resume program's spend gate
   still decides whether on-demand launches.
@@ -547,7 +547,6 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
     the actuator: dry-run, caps, kill switch). The resume program's spend gate still decides
     whether on-demand may launch."""
     p = ctx.cfg.burst_reconcile
-    assert p.spot_fallback_after is not None
     try:
         out = run_tool(
             "squeue", "-h", "-t", "PD", "-p", p.spot_partition, "-o", "%i|%P|%V",
@@ -689,7 +688,7 @@ def run(ctx: RuleContext) -> None:
         repaired=len(todo.repair),
         guarded=len(todo.guarded),
     )
-    if p.spot_fallback_after is not None:
+    if p.spot_fallback:
         _spot_fallback(ctx, slurm)
     if p.heartbeat_file is not None:
         write_heartbeat(

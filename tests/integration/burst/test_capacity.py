@@ -278,7 +278,7 @@ def test_a_job_waiting_too_long_for_spot_falls_back_to_on_demand(lab: BurstLab) 
     )  # fmt: skip
     job = _sbatch(lab, "-p", "spot", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 1")
     try:
-        path = _guardrails_yaml(lab, "spot_fallback_after: 10s, ")
+        path = _guardrails_yaml(lab, "spot_fallback: true, spot_fallback_after: 10s, ")
         events, _ = _daemon_cycle(path)  # too early: nothing changes
         assert [e for e in events if e["event"] == "burst.spot_fallback"] == []
         assert _job(lab, job)["Partition"] == "spot"
