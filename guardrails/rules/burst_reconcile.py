@@ -36,9 +36,9 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
   deletes it (``scontrol delete reservation ...``). Slack says so for each hold placed.
 * **Spot to on-demand** (``spot_fallback: true``, ``spot_fallback_after``): a job pending in
-  the spot partition only for longer than that also gets the on-demand partition (``scontrol update jobid=N
-  partition=spot,burst``, the reason in its AdminComment); the resume program's spend gate
-  still decides whether on-demand launches.
+  the spot partition only for longer than that also gets the on-demand partition
+  (``scontrol update jobid=N partition=spot,burst``, the reason in its AdminComment); the
+  resume program's spend gate still decides whether on-demand launches.
 * **Heartbeat**: after each completed pass, ``heartbeat_file`` is replaced atomically with the
   time; the resume program refuses to launch when it is stale.
 
