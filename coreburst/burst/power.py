@@ -154,6 +154,7 @@ class ResumeResult:
     fleet_calls: int = 0
     # (instance type, zone) of each instance launched, as CreateFleet reported it.
     placed: list[tuple[str, str]] = field(default_factory=list)
+    types: dict[str, str] = field(default_factory=dict)  # node -> instance type launched
 
 
 def parse_nodes(hostlist: str, nodes_of: dict[str, NodeSet]) -> list[str]:
@@ -273,6 +274,7 @@ class Power:
         # resume has launched something.
         self._jobs: list[tuple[str, list[str]]] = []
         self._owner_tags: dict[str, dict[str, str]] | None = None
+        self._hours: dict[str, float] = {}  # job -> time limit in hours, read once per run
 
     @property
     def claims(self) -> Claims:
@@ -502,9 +504,11 @@ class Power:
                 result.unsure.update(nodes)
             return {}, _error_code(exc)
         ids: list[str] = []
+        type_of: dict[str, str] = {}
         for item in resp.get("Instances", []):
             got = item.get("InstanceIds", [])
             ids += got
+            type_of.update(dict.fromkeys(got, item.get("InstanceType") or ns.instance_type))
             where = self._choice_of(item, ns)
             if where is not None:
                 for _ in got:
@@ -540,7 +544,9 @@ class Power:
                 code,
                 ", ".join(f"{t}@{z}: {c}" for (t, z), c in failed_choices.items()) or "-",
             )
-        return dict(zip(nodes, ids, strict=False)), code
+        launched = dict(zip(nodes, ids, strict=False))
+        result.types.update({n: type_of[i] for n, i in launched.items()})
+        return launched, code
 
     def _terminate(self, ids: list[str]) -> None:
         for chunk in _chunks(ids, 1000):
@@ -722,11 +728,12 @@ class Power:
         if not first:
             return {}
         who: dict[str, tuple[str, str]] = {}
+        read = True
         try:
             out = self.slurm.scontrol("-o", "show", "job")
         except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
             log.warning("job owners unknown (%s): instances get their job id only", exc)
-            out = ""
+            out, read = "", False
         ids = set(first.values())
         for line in out.splitlines():
             f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
@@ -734,6 +741,10 @@ class Power:
                 user = f.get("UserId", "").partition("(")[0]
                 account = f.get("Account", "")
                 who[f["JobId"]] = (user, "" if account == "(null)" else account)
+                self._hours.setdefault(f["JobId"], self._limit_hours(f.get("TimeLimit")))
+        if read:  # a job missing from the whole list is one Slurm no longer knows
+            for job in ids:
+                self._hours.setdefault(job, self._limit_hours(None))
 
         def clean(v: str) -> str:
             return _TAG_VALUE_BAD.sub("_", v)[:256]
@@ -899,14 +910,50 @@ class Power:
     def _job_hours(self, job_id: str) -> float:
         """The job's time limit in hours (``scontrol show job``); no limit, or a job Slurm
         no longer knows: the burst partition's MaxTime, the most it may run there."""
-        fallback = slurm_hours(self.stack.settings.max_time) or 24 * 7
+        if job_id in self._hours:
+            return self._hours[job_id]
         try:
             out = self.slurm.scontrol("-o", "show", "job", job_id)
         except RuntimeError:  # guardrails.adapters.slurm.SlurmError: one line
-            return fallback
+            return self._limit_hours(None)
         m = re.search(r"\bTimeLimit=(\S+)", out)
-        hours = slurm_hours(m.group(1)) if m else None
-        return fallback if hours is None else hours
+        self._hours[job_id] = self._limit_hours(m.group(1) if m else None)
+        return self._hours[job_id]
+
+    def _limit_hours(self, time_limit: str | None) -> float:
+        hours = slurm_hours(time_limit) if time_limit else None
+        return hours if hours is not None else slurm_hours(self.stack.settings.max_time) or 24 * 7
+
+    def note_bursting(self, result: ResumeResult, jobs: list[tuple[str, list[str]]]) -> None:
+        """Tell each job whose nodes were launched what it costs (``scontrol show job``:
+        ``AdminComment=``): the $/h of the types launched, from the catalog, and that rate over
+        its time limit (the spend gate reserves the dearest type a node may launch as, so
+        this is at most what it reserved). A price the catalog lacks is said to be
+        unknown, never $0."""
+        cat = load_catalog()
+        region = self.stack.config.region
+        for job_id, job_nodes in jobs:
+            mine = [n for n in job_nodes if n in result.launched]
+            if not mine:
+                continue
+            hours = self._job_hours(job_id)
+            rate, unknown = 0.0, []
+            kinds: dict[str, int] = {}
+            for n in mine:
+                ns = self.nodes_of[n]
+                itype = result.types.get(n, ns.instance_type)
+                kinds[f"{itype} {ns.market}"] = kinds.get(f"{itype} {ns.market}", 0) + 1
+                try:
+                    rate += instance_rate(cat, itype, region, ns.market)[0]
+                except CatalogError:
+                    unknown.append(itype)
+            what = ", ".join(f"{c} x {k}" for k, c in sorted(kinds.items()))
+            money = (
+                f"price unknown for {', '.join(sorted(set(unknown)))}"
+                if unknown
+                else f"${rate:,.2f}/h, projected ${rate * hours:,.2f} over its {hours:g} h limit"
+            )
+            self.note_jobs([job_id], f"coreburst: bursting on {compress(mine)} ({what}): {money}")
 
     def _left(self, limits: GateLimits) -> dict[str, float] | str:
         """USD the scope has left per period, or why that cannot be known (fail closed)."""
@@ -1082,7 +1129,7 @@ class Power:
             return result
         for n, insts in live.items():
             result.already[n] = insts[0]["InstanceId"]
-        self._jobs, self._owner_tags = jobs, None
+        self._jobs, self._owner_tags, self._hours = jobs, None, {}
         todo = [n for n in names if n not in result.already]
         fresh, resumed = self._claim(todo, result) if todo else ([], [])
         if result.already:
@@ -1123,6 +1170,8 @@ class Power:
                 fleet_calls=result.fleet_calls,
             )
         self.tell_addresses({**result.already, **result.launched})
+        if result.launched and jobs:
+            self.note_bursting(result, jobs)
         if result.failed:
             self.fail_nodes(result.failed, jobs)
         return result

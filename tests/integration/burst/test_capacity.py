@@ -288,10 +288,14 @@ def test_a_job_waiting_too_long_for_spot_falls_back_to_on_demand(lab: BurstLab) 
         assert fell["job"] == job and fell["partitions"] == "spot"
         lab.wait("job done on demand", lambda: _job(lab, job)["JobState"] == "COMPLETED", 90)
         assert _job(lab, job)["NodeList"] in ("od-1", "od-2")
+        # Why it left spot is on the job until the on-demand launch says what that costs.
+        assert re.fullmatch(
+            r"pending 0:00:\d\d for spot \(more than 0:00:10\): burst added", str(fell["why"])
+        ), fell
         shown = slurm.run("scontrol", "show", "job", job).stdout
         assert re.search(
-            r"AdminComment=coreburst: pending 0:00:\d\d for spot \(more than 0:00:10\): burst "
-            r"added; the burst spend gate checks the on-demand price",
+            r"AdminComment=coreburst: bursting on od-\d \(1 x p5e?\.48xlarge on-demand\): "
+            r"\$[\d,.]+/h, projected \$[\d,.]+ over its [\d.]+ h limit",
             shown,
         ), shown
         # Once done, the next cycle leaves it alone (one action per job).

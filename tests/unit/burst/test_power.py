@@ -121,9 +121,16 @@ def test_resume_launches_tags_and_tells_slurm(power: Power, ec2: Any, tmp_path: 
     assert spot.get("InstanceLifecycle") == "spot"
     slurm = power.slurm
     assert isinstance(slurm, RecordingSlurm)
-    # One read of the jobs' owners (instance tags), then one address update.
-    owners, update = slurm.calls
+    # One read of the jobs' owners (instance tags), one address update, then each job is
+    # told what it costs. Slurm shows neither job here, so each counts the partition's MaxTime.
+    owners, update, *notes = slurm.calls
     assert owners == ("-o", "show", "job")
+    assert [n[:2] for n in notes] == [("update", "jobid=7"), ("update", "jobid=8")]
+    assert notes[0][2].startswith(
+        "AdminComment=coreburst: bursting on od-[1-2] (2 x p5.48xlarge on-demand): $"
+    )
+    assert notes[1][2].startswith("AdminComment=coreburst: bursting on sp-1 (1 x ")
+    assert "spot): $" in notes[1][2] and " h limit" in notes[1][2]
     names = update[1].removeprefix("nodename=").split(",")
     addrs = update[2].removeprefix("nodeaddr=").split(",")
     for n, a in zip(names, addrs, strict=True):
@@ -463,6 +470,20 @@ def test_gate_under_the_limit_launches(ec2: Any, tmp_path: Path) -> None:
     result = power.resume("od-[1-2]", _resume_file(tmp_path, [{"job_id": 7, "nodes": "od-[1-2]"}]))
     assert sorted(result.launched) == ["od-1", "od-2"] and not result.held
     assert not any(c[0] == "create" for c in slurm.calls)
+    # The bursting job's user sees what it costs (scontrol show job: AdminComment), one line,
+    # with the time limit read once for the gate and the note.
+    notes = [c for c in slurm.calls if c[:2] == ("update", "jobid=7")]
+    assert notes == [
+        (
+            "update",
+            "jobid=7",
+            "AdminComment=coreburst: bursting on od-[1-2] (2 x p5.48xlarge on-demand): "
+            f"${2 * rate:,.2f}/h, projected ${4 * rate:,.2f} over its 2 h limit",
+        )
+    ]
+    assert [c for c in slurm.calls if c[:3] == ("-o", "show", "job") and len(c) > 3] == [
+        ("-o", "show", "job", "7")
+    ]
 
 
 def test_gate_monthly_limit_and_default_hours(ec2: Any, tmp_path: Path) -> None:
