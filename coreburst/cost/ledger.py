@@ -9,6 +9,14 @@ row. So the burst column adds up to instance-hours x the catalog's price. Instan
 come from the burst audit log (:func:`instance_lifetimes`); a node with jobs but no recorded
 lifetime has its jobs priced and no idle figure (missing data is never idle).
 
+The core is paid for whether or not jobs use it: its *idle* row is, per core node, ``GPUs x the
+time Slurm had it in service - GPU-seconds jobs held there`` (:mod:`coreburst.cost.capacity`:
+GPU counts from scontrol, down/drained spans from slurmdbd's node events), at the owned rate.
+GPU-seconds jobs held while their node was out of service (a draining node) are not taken
+from its capacity twice. A node whose GPU count is unreadable, that scontrol no longer lists,
+or whose jobs held more than its capacity (the records disagree) is *unknown*: named in a
+note, never idle.
+
 Money is exact: GPU-seconds are integers, prices :class:`~decimal.Decimal`, sums
 :class:`~fractions.Fraction`; each core cell is its own GPU-hours x rate rounded to the cent
 (half even); the burst column's total is rounded once and shared out to the rows by largest
@@ -22,17 +30,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
 from coreburst.burst.hostlist import HostlistError, expand
 from coreburst.cost.accounting import AccountingError, JobRecord
+from coreburst.cost.capacity import CoreCapacity
 
 # Audit events (coreburst/burst/power.py) that start and end a node's instance.
 LAUNCH_EVENTS = ("resume.launched",)
 END_EVENTS = ("suspend", "resume-fail", "resume.cancelled")
 IDLE_ROW = "(idle burst instances)"
+IDLE_CORE_ROW = "(idle core GPUs)"
 BY_CHOICES = ("team", "account", "user", "job", "partition")
 
 
@@ -124,6 +135,7 @@ class Row:
     unpriced_gpu_s: Fraction = Fraction(0)
     core_cents: int | None = None
     burst_cents: int = 0
+    unknown: bool = False  # an idle row whose figure is unknown: shown so, left out of totals
 
     @property
     def total_cents(self) -> int | None:
@@ -138,16 +150,84 @@ class Ledger:
     notes: list[str]
     core_rate: Decimal | None
     instance_gpu_s: dict[str, int]  # per burst node: instance-seconds x GPUs in the window
+    idle_core: Row = field(default_factory=lambda: Row(IDLE_CORE_ROW, unknown=True))
+    idle_core_by_node: dict[str, dict[str, Any]] = field(default_factory=dict)
+    core_unknown: dict[str, str] = field(default_factory=dict)  # core node -> why unknown
 
     @property
     def all_rows(self) -> list[Row]:
-        return [*self.rows, self.idle]
+        return [*self.rows, self.idle_core, self.idle]
 
     def total(self, attr: str) -> Any:
-        vals = [getattr(r, attr) for r in self.all_rows]
+        vals = [getattr(r, attr) for r in self.all_rows if not r.unknown]
         if any(v is None for v in vals):
             return None
         return sum(vals, start=Fraction(0) if isinstance(vals[0], Fraction) else 0)
+
+
+def _union(spans: Iterable[tuple[int, int]], lo: int, hi: int) -> list[tuple[int, int]]:
+    """``spans`` clipped to [lo, hi) and merged, in order."""
+    out: list[tuple[int, int]] = []
+    for a, b in sorted((max(a, lo), min(b, hi)) for a, b in spans):
+        if b <= a:
+            continue
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def _overlap(lo: int, hi: int, spans: list[tuple[int, int]]) -> int:
+    return sum(max(0, min(hi, b) - max(lo, a)) for a, b in spans)
+
+
+def idle_core(
+    core: CoreCapacity,
+    held: dict[str, list[tuple[int, int, Fraction]]],
+    since: int,
+    until: int,
+) -> tuple[dict[str, Fraction], dict[str, dict[str, Any]], dict[str, str]]:
+    """Per core node: idle GPU-seconds, its figures, and the nodes that are unknown (why).
+    ``held``: node -> (start, end, GPUs) of each job run there (pure)."""
+    idle: dict[str, Fraction] = {}
+    figures: dict[str, dict[str, Any]] = {}
+    unknown: dict[str, str] = {}
+    lo = since if core.recorded_from is None else max(since, core.recorded_from)
+    for node in sorted(set(core.gpus) | set(held)):
+        gpus = core.gpus.get(node)
+        if node not in core.gpus:
+            unknown[node] = f"{node} ran jobs but scontrol does not list it (removed?)"
+            continue
+        if gpus is None:
+            unknown[node] = core.unknown.get(node, f"{node}: GPU count unreadable")
+            continue
+        if core.recorded_from is None:
+            unknown[node] = f"{node}: slurmdbd has no record of the cluster in the window"
+            continue
+        out = _union(core.out_of_service.get(node, []), lo, until)
+        in_service = max(0, until - lo) - sum(b - a for a, b in out)
+        used = Fraction(0)
+        for start, end, n in held.get(node, []):
+            a, b = max(start, lo), min(end, until)
+            if b > a:
+                used += n * (b - a - _overlap(a, b, out))
+        spare = gpus * in_service - used
+        if spare < 0:
+            unknown[node] = (
+                f"{node}: jobs held {float(used) / 3600:,.3f} GPU-h, more than its {gpus} GPUs "
+                "in service (Slurm's records disagree)"
+            )
+            continue
+        idle[node] = spare
+        figures[node] = {
+            "gpus": gpus,
+            "in_service_h": round(in_service / 3600, 4),
+            "out_of_service_h": round(sum(b - a for a, b in out) / 3600, 4),
+            "held_gpu_h": round(float(used) / 3600, 4),
+            "idle_gpu_h": round(float(spare) / 3600, 4),
+        }
+    return idle, figures, unknown
 
 
 def group_of(job: JobRecord, by: str, teams: dict[str, str]) -> str:
@@ -174,12 +254,15 @@ def build_ledger(
     burst_nodes: dict[str, BurstNode],
     lifetimes: dict[str, list[tuple[int, int]]] | None,
     teams: dict[str, str] | None = None,
+    core: CoreCapacity | None = None,
 ) -> Ledger:
-    """Rows of GPU-hours and dollars per group, the idle burst row, and notes (pure).
-    ``lifetimes`` None: no audit log (idle burst instance-hours unknown)."""
+    """Rows of GPU-hours and dollars per group, the idle core and idle burst rows, and notes
+    (pure). ``lifetimes`` None: no audit log (idle burst instance-hours unknown); ``core``
+    None: the core's capacity could not be read (idle core GPU-hours unknown)."""
     teams = teams or {}
     rows: dict[str, Row] = {}
     used_on: dict[str, Fraction] = {}  # burst node -> job GPU-seconds on it
+    held: dict[str, list[tuple[int, int, Fraction]]] = {}  # core node -> job spans, GPUs
     notes: list[str] = []
     unknown_gpus = []
     for job in jobs:
@@ -195,6 +278,7 @@ def build_ledger(
             b = burst_nodes.get(node)
             if b is None:
                 row.core_gpu_s += per_node
+                held.setdefault(node, []).append((*job.span(now), job.gpus_per_node))
                 continue
             used_on[node] = used_on.get(node, Fraction(0)) + per_node
             if b.usd_per_hour is None:
@@ -260,7 +344,34 @@ def build_ledger(
     ):
         r.burst_cents = c
     idle.core_cents = None if core_rate is None else 0
-    return Ledger(ordered, idle, idle_by_node, notes, core_rate, instance_gpu_s)
+    idle_c = Row(IDLE_CORE_ROW, unknown=core is None)
+    core_figures: dict[str, dict[str, Any]] = {}
+    core_unknown: dict[str, str] = {}
+    if core is None:
+        if held:
+            notes.append("the core's GPUs could not be read: idle core GPU-hours are unknown")
+    else:
+        core_spare, core_figures, core_unknown = idle_core(core, held, since, until)
+        idle_c.jobs = set(core_spare)
+        idle_c.core_gpu_s = sum(core_spare.values(), start=Fraction(0))
+        if core_unknown:
+            notes.append(
+                "idle core GPU-hours unknown (not counted) for "
+                + "; ".join(core_unknown[n] for n in sorted(core_unknown))
+            )
+        if core.recorded_from is not None and core.recorded_from > since:
+            notes.append(
+                "slurmdbd has the cluster only from "
+                f"{datetime.fromtimestamp(core.recorded_from, UTC):%Y-%m-%d %H:%M} UTC: "
+                "no core capacity is counted before"
+            )
+    idle_c.core_cents = (
+        None if core_rate is None else _cents(idle_c.core_gpu_s * Fraction(core_rate) / 3600)
+    )
+    return Ledger(
+        ordered, idle, idle_by_node, notes, core_rate, instance_gpu_s,
+        idle_c, core_figures, core_unknown,
+    )  # fmt: skip
 
 
 def burst_nodes_of(

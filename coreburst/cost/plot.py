@@ -1,7 +1,8 @@
-"""PNG of ``coreburst cost report --plot``: dollars per row, split into owned core GPUs, burst
-GPUs on AWS and (its own bar) burst instances no job used, with each bar's total written
-beside it; the window, the owned price and what is unpriced in the footnote. matplotlib's
-Agg backend, for headless hosts.
+"""PNG of ``coreburst cost report --plot``: dollars per row, split into owned core GPUs and
+burst GPUs on AWS, and two bars of their own: core GPUs no job held and burst instances no
+job used, with each bar's total written beside it (``unknown`` where Slurm could not say);
+the window, the owned price and what is unpriced in the footnote. matplotlib's Agg backend,
+for headless hosts.
 
     >>> render_cost(doc, Path("cost.png"))   # doctest: +SKIP
 """
@@ -49,18 +50,27 @@ def render_cost(doc: Mapping[str, Any], path: Path) -> None:
             },
         ]
     idle = {**doc["idle"], "group": "idle burst instances"}
-    rows = [idle, *rows[::-1]]  # bottom to top: the waste first, the costliest team on top
+    idle_core = {**doc["idle_core"], "group": "idle core GPUs"}
+    # bottom to top: the waste first, the costliest team on top
+    rows = [idle, idle_core, *rows[::-1]]
     labels = [str(r["group"]) for r in rows]
     fig, ax = plt.subplots(figsize=(11, max(3.0, 0.45 * len(rows) + 2)), dpi=100)
     left = [0.0] * len(rows)
     for key, name, colour in PARTS:
-        vals = [0.0 if r is idle else float(r.get(key) or 0) for r in rows]
+        vals = [0.0 if r is idle or r is idle_core else float(r.get(key) or 0) for r in rows]
         ax.barh(labels, vals, left=left, color=colour, label=name)
         left = [a + b for a, b in zip(left, vals, strict=True)]
-    waste = [float(idle.get("burst_usd") or 0) if r is idle else 0.0 for r in rows]
-    ax.barh(labels, waste, left=left, color="tab:red", label="burst instances no job used")
-    left = [a + b for a, b in zip(left, waste, strict=True)]
+    for row, key, colour, name in (
+        (idle_core, "core_usd", "tab:purple", "core GPUs no job held"),
+        (idle, "burst_usd", "tab:red", "burst instances no job used"),
+    ):
+        waste = [float(row.get(key) or 0) if r is row else 0.0 for r in rows]
+        ax.barh(labels, waste, left=left, color=colour, label=name)
+        left = [a + b for a, b in zip(left, waste, strict=True)]
     for y, (r, x) in enumerate(zip(rows, left, strict=True)):
+        if r.get("unknown"):
+            ax.text(x, y, "  unknown (Slurm could not say)", va="center", fontsize=9)
+            continue
         text = _dollars(x) if r.get("total_usd") is not None or x else "unpriced"
         if r.get("core_usd") is None and r.get("core_gpu_h"):
             text += " + core unpriced"
@@ -81,7 +91,10 @@ def render_cost(doc: Mapping[str, Any], path: Path) -> None:
         f"Core: ${float(rate):,.2f} per allocated GPU-hour ({doc['owned_price_source']}). "
         if rate
         else "Core: unpriced (no owned $/GPU-hour given). "
-    ) + "Burst: EC2 instance price from the catalog; idle = instance-hours no job used."
+    ) + (
+        "Idle core = GPUs in service no job held. "
+        "Burst: EC2 instance price from the catalog; idle = instance-hours no job used."
+    )
     fig.text(0.01, 0.01, foot, fontsize=8)
     fig.tight_layout(rect=(0, 0.04, 1, 1))
     try:

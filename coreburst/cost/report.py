@@ -14,7 +14,11 @@ of ``--scenario`` (``coreburst.tco.model.scenario_gpu_hour_price``); with neithe
 shown *unpriced*. **Burst** GPU-hours are priced from the catalog (the node's instance type
 and capacity model; instance price only, not its EBS volume), and the instance-hours no job
 used are the *idle* row, from the resume program's audit log (``auditLog`` of the stack, or
-``--audit-log``). The report does not read instance tags; the resume program's
+``--audit-log``). The core's GPUs no job held are the *idle core* row, at the owned rate:
+each core node's GPUs (``scontrol show node``) x the time it was in service (slurmdbd's node
+events: down, drained, powered down) less the GPU-seconds jobs held there
+(:mod:`coreburst.cost.capacity`); a node whose GPUs cannot be read is unknown, never idle.
+The report does not read instance tags; the resume program's
 ``coreburst-job`` / ``coreburst-user`` / ``coreburst-account`` tags are for joining AWS Cost
 Explorer or the CUR with these rows.
 
@@ -40,6 +44,7 @@ import typer
 import yaml
 
 from coreburst.cost.accounting import AccountingError, JobRecord, parse_sacct_json, read_jobs
+from coreburst.cost.capacity import CapacityUnavailableError, CoreCapacity, read_core_capacity
 from coreburst.cost.ledger import (
     BurstNode,
     Ledger,
@@ -204,6 +209,17 @@ def _lifetimes(path: Path, since: int, until: int) -> dict[str, list[tuple[int, 
         raise _fail(str(exc)) from None
 
 
+def _core_capacity(side: BurstSide, since: int, until: int) -> CoreCapacity | str:
+    """The core's GPUs and events from Slurm, or why they could not be asked (a note);
+    output that cannot be read is one line and exit 2."""
+    try:
+        return read_core_capacity(lambda n: n not in side.nodes, since, until)
+    except CapacityUnavailableError as exc:
+        return str(exc)
+    except AccountingError as exc:
+        raise _fail(str(exc)) from None
+
+
 def _usd(cents: int | None) -> float | None:
     return None if cents is None else cents / 100
 
@@ -213,6 +229,15 @@ def _h(gpu_s: Fraction) -> float:
 
 
 def row_doc(r: Row) -> dict[str, Any]:
+    if r.unknown:  # an idle figure Slurm could not give: null, never 0
+        return {
+            "group": r.group,
+            "jobs": 0,
+            **dict.fromkeys(("core_gpu_h", "core_usd", "burst_gpu_h", "burst_usd")),
+            "unpriced_gpu_h": 0.0,
+            "total_usd": None,
+            "unknown": True,
+        }
     return {
         "group": r.group,
         "jobs": len(r.jobs),
@@ -226,12 +251,22 @@ def row_doc(r: Row) -> dict[str, Any]:
 
 
 def report_doc(
-    ledger: Ledger, *, by: str, since: int, until: int, source: str, price_source: str
+    ledger: Ledger,
+    *,
+    by: str,
+    since: int,
+    until: int,
+    source: str,
+    price_source: str,
+    capacity_source: str = "unknown",
 ) -> dict[str, Any]:
     iso = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
     total = Row("total")
+    for r in ledger.rows:
+        total.jobs |= r.jobs
     for r in ledger.all_rows:
-        total.jobs |= r.jobs if r is not ledger.idle else set()
+        if r.unknown:
+            continue
         total.core_gpu_s += r.core_gpu_s
         total.burst_gpu_s += r.burst_gpu_s
         total.unpriced_gpu_s += r.unpriced_gpu_s
@@ -245,7 +280,16 @@ def report_doc(
         "owned_usd_per_gpu_hour": None if ledger.core_rate is None else str(ledger.core_rate),
         "owned_price_source": price_source,
         "burst_price_source": "catalog (coreburst/common/data/catalog.yaml), instance price",
+        "core_capacity_source": capacity_source,
         "rows": [row_doc(r) for r in ledger.rows],
+        # the idle core row holds no job: ``nodes`` are the core nodes counted, ``unknown``
+        # those whose capacity Slurm could not give (not counted as idle)
+        "idle_core": {
+            **row_doc(ledger.idle_core),
+            "jobs": 0,
+            "nodes": ledger.idle_core_by_node,
+            "unknown_nodes": ledger.core_unknown,
+        },
         # the idle row holds no job: ``nodes`` are the burst nodes whose instances idled
         "idle": {**row_doc(ledger.idle), "jobs": 0, "nodes": ledger.idle_by_node},
         "total": row_doc(total),
@@ -262,16 +306,11 @@ def _csv(doc: dict[str, Any], by: str) -> str:
     w = csv.writer(buf, lineterminator="\n")
     keys = ["jobs", "core_gpu_h", "core_usd", "burst_gpu_h", "burst_usd", "unpriced_gpu_h"]
     w.writerow([by, *keys, "total_usd"])
-    for r in [*doc["rows"], doc["idle"], doc["total"]]:
-        vals = [r[k] for k in keys]
-        # an unpriced cell is the word, never an empty cell a spreadsheet sums as 0
-        w.writerow(
-            [
-                r["group"],
-                *("unpriced" if v is None else v for v in vals),
-                "unpriced" if r["total_usd"] is None else r["total_usd"],
-            ]
-        )
+    for r in [*doc["rows"], doc["idle_core"], doc["idle"], doc["total"]]:
+        vals = [r[k] for k in [*keys, "total_usd"]]
+        # an unpriced or unknown cell is the word, never an empty cell a spreadsheet sums as 0
+        word = "unknown" if r.get("unknown") else "unpriced"
+        w.writerow([r["group"], *(word if v is None else v for v in vals)])
     return buf.getvalue()
 
 
@@ -285,14 +324,18 @@ def _table(doc: dict[str, Any], by: str) -> None:
     t = Table(title=f"GPU cost by {by}, {doc['since'][:19]} to {doc['until'][:19]} UTC")
     for col in (by, "jobs", "core GPU-h", "core $", "burst GPU-h", "burst $", "total $"):
         t.add_column(col, justify="left" if col == by else "right")
-    for r in [*doc["rows"], doc["idle"], doc["total"]]:
+    idle_rows = (doc["idle_core"], doc["idle"])
+    for r in [*doc["rows"], *idle_rows, doc["total"]]:
+        if r.get("unknown"):
+            t.add_row(r["group"], "", "unknown", "unknown", "", "", "unknown")
+            continue
         burst_h = f"{r['burst_gpu_h']:,.3f}"
         if r["unpriced_gpu_h"]:
             burst_h += f" (+{r['unpriced_gpu_h']:,.3f} unpriced)"
         t.add_row(
             r["group"],
             str(r["jobs"])
-            if r is not doc["idle"]
+            if all(r is not x for x in idle_rows)
             else f"{len(r['nodes'])} node{'' if len(r['nodes']) == 1 else 's'}",
             f"{r['core_gpu_h']:,.3f}",
             _money(r["core_usd"]),
@@ -309,6 +352,7 @@ def _table(doc: dict[str, Any], by: str) -> None:
         else f"core: unpriced, {doc['owned_price_source']}"
     )
     console.print(f"burst: {doc['burst_price_source']}; jobs from {doc['jobs_source']}")
+    console.print(f"idle core: GPUs and time in service from {doc['core_capacity_source']}")
     for note in doc["notes"]:
         console.print(f"note: {note}")
 
@@ -367,6 +411,10 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     end = now if until is None else parse_when(until, now, "--until")
     if end <= start:
         raise _fail(f"--since {since} is not before --until {until or 'now'}")
+    # nothing ran, idled or was billed after now: a window into the future ends now
+    end = min(end, now)
+    if end <= start:
+        raise _fail(f"--since {since} is in the future")
     if plot is not None:
         _check_plot(plot)
     team_map = _teams(teams)
@@ -388,6 +436,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
             jobs, source = read_jobs(start, end, now)
     except AccountingError as exc:
         raise _fail(str(exc)) from None
+    core = _core_capacity(side, start, end)
     ledger = build_ledger(
         jobs,
         since=start,
@@ -398,11 +447,20 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         burst_nodes=side.nodes,
         lifetimes=lifetimes,
         teams=team_map,
+        core=core if isinstance(core, CoreCapacity) else None,
     )
+    if isinstance(core, str):
+        ledger.notes.append(f"idle core GPU-hours unknown: {core}")
     if lifetimes is None:
         ledger.notes.append(f"no burst audit log at {log}")
     doc = report_doc(
-        ledger, by=by.value, since=start, until=end, source=source, price_source=price_source
+        ledger,
+        by=by.value,
+        since=start,
+        until=end,
+        source=source,
+        price_source=price_source,
+        capacity_source=core.source if isinstance(core, CoreCapacity) else "unknown",
     )
     if plot is not None:
         from coreburst.cost.plot import render_cost

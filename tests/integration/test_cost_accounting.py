@@ -21,6 +21,7 @@ slurm-client munge slurmdbd mariadb-server).
 
 from __future__ import annotations
 
+import calendar
 import json
 import subprocess
 import sys
@@ -49,6 +50,7 @@ class Seeded:
     jobs: dict[str, tuple[str, str]]  # job id -> (account, where)
     since: str
     report_dir: Path
+    until: int  # the report's window ends here (UTC epoch seconds)
 
 
 def _sbatch(lab: BurstLab, *args: str) -> str:
@@ -97,7 +99,8 @@ def seeded_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]
         audit = s.lab / "log" / "burst-audit.jsonl"
         lab.wait("suspend audited", lambda: '"event": "suspend"' in audit.read_text(), 30)
         lab.wait("jobs in slurmdbd", lambda: _sacct_done(lab, ids), 60)
-        yield Seeded(lab, db, jobs, since, s.lab)
+        until = int(time.time())
+        yield Seeded(lab, db, jobs, since, s.lab, until)
     finally:
         lab.stop()
         db.stop()
@@ -112,6 +115,8 @@ def _report(seeded: Seeded, *args: str) -> subprocess.CompletedProcess[str]:
         "report",
         "--since",
         seeded.since,
+        "--until",
+        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seeded.until)),
         "--stack",
         "lab",
         "--stack-dir",
@@ -139,6 +144,26 @@ def _parsable_gpu_seconds(seeded: Seeded) -> dict[str, dict[str, int]]:
         assert (account, where) == seeded.jobs[job]
         per.setdefault(account, {"core": 0, "burst": 0})[where] += gpus * int(elapsed)
     return per
+
+
+def _idle_core_gpu_s(seeded: Seeded, core_job_gpu_s: int) -> int:
+    """The test's own figure: sacctmgr's events read as sacctmgr(1) prints them by default
+    (ISO times), no job overlapping an out-of-service span (none is drained while busy)."""
+    out = seeded.lab.slurm.run(
+        "sacctmgr", "-P", "-n", "list", "event", f"start={seeded.since}",
+        "format=NodeName,Start,End,Event", env={"TZ": "UTC"},
+    ).stdout  # fmt: skip
+    epoch = lambda s: calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%S"))  # noqa: E731
+    since = epoch(seeded.since)
+    registered = min(epoch(line.split("|")[1]) for line in out.splitlines() if "|Cluster" in line)
+    lo = max(since, registered)
+    down = 0
+    for line in out.splitlines():
+        node, start, end, kind = line.split("|")
+        if kind == "Node" and node in ("core1", "core2"):
+            stop = seeded.until if end == "Unknown" else epoch(end)
+            down += 8 * max(0, min(stop, seeded.until) - max(epoch(start), lo))
+    return 16 * (seeded.until - lo) - down - core_job_gpu_s
 
 
 def test_report_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
@@ -179,9 +204,18 @@ def test_report_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
     assert idle_gpu_s > 0  # the node booted before and idled after its jobs
     assert doc["idle"]["burst_gpu_h"] == round(idle_gpu_s / 3600, 3)
 
+    # idle core: 2 nodes x 8 GPUs (scontrol) x the time slurmdbd has the cluster in the
+    # window, less the time the test finds them out of service, less the core jobs' GPU-seconds
+    idle_core = doc["idle_core"]
+    assert idle_core["unknown_nodes"] == {} and set(idle_core["nodes"]) == {"core1", "core2"}
+    expected = _idle_core_gpu_s(seeded, sum(v["core"] for v in gpu_s.values()))
+    assert idle_core["core_gpu_h"] == round(expected / 3600, 3)
+    exact = Decimal(expected) * RATE / 3600
+    assert Decimal(str(idle_core["core_usd"])) == exact.quantize(Decimal("0.01"))
+
     # rows add up to the totals, to the cent, in every money column
     for col in ("core_usd", "burst_usd", "total_usd"):
-        cents = sum(round(r[col] * 100) for r in [*doc["rows"], doc["idle"]])
+        cents = sum(round(r[col] * 100) for r in [*doc["rows"], idle_core, doc["idle"]])
         assert cents == round(doc["total"][col] * 100), col
 
 

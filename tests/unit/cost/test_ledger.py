@@ -1,11 +1,15 @@
 """Dollars per group (coreburst/cost/ledger.py): the recorded lab's jobs and burst audit log,
-the idle burst row, rows that add up to the totals to the cent, unpriced never $0."""
+the idle core and idle burst rows, rows that add up to the totals to the cent, unpriced never
+$0, unknown capacity never idle."""
 
 from __future__ import annotations
 
+import itertools
+from dataclasses import replace
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -13,6 +17,7 @@ from hypothesis import strategies as st
 
 from coreburst.common.catalog import load_catalog
 from coreburst.cost.accounting import AccountingError, JobRecord, parse_sacct_json
+from coreburst.cost.capacity import CoreCapacity
 from coreburst.cost.ledger import BurstNode, apportion, build_ledger, instance_lifetimes
 
 HERE = Path(__file__).resolve().parent
@@ -23,6 +28,15 @@ AUDIT = (HERE / "burst-audit-recorded.jsonl").read_text()
 P5 = Decimal(repr(load_catalog().on_demand_price("p5.48xlarge", "us-east-1")))
 OD1 = {"od-1": BurstNode("od", "p5.48xlarge", "on-demand", 8, P5, "catalog")}
 RATE = Decimal("2.35")
+# The recorded jobs' core (core1, core2: 8 GPUs each, as the lab's scontrol says), slurmdbd's
+# records from 200 s before NOW, core2 drained for a minute around the burst jobs.
+CORE = CoreCapacity(
+    gpus={"core1": 8, "core2": 8},
+    unknown={},
+    out_of_service={"core2": [(1796346500, 1796346560)]},
+    recorded_from=NOW - 200,
+    source="test",
+)
 
 
 def test_recorded_audit_log_lifetime() -> None:
@@ -41,8 +55,8 @@ def test_malformed_audit_line_is_named() -> None:
 
 def test_recorded_lab_by_team() -> None:
     led = build_ledger(
-        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=RATE,
-        burst_nodes=OD1, lifetimes=instance_lifetimes(AUDIT, 0, NOW),
+        JOBS, since=NOW - 200, until=NOW, now=NOW, by="team", core_rate=RATE,
+        burst_nodes=OD1, lifetimes=instance_lifetimes(AUDIT, 0, NOW), core=CORE,
     )  # fmt: skip
     rows = {r.group: r for r in led.rows}
     ml, research = rows["ml"], rows["research"]
@@ -59,6 +73,62 @@ def test_recorded_lab_by_team() -> None:
     assert led.idle.burst_usd == instance_usd * Fraction(288, 320)
     assert sum(r.burst_cents for r in led.all_rows) == 61
     assert not led.notes
+    # the core: core1 8 GPUs x 200 s less job 1's 24 GPU-s; core2 8 x (200 - 60 s drained)
+    assert led.idle_core.core_gpu_s == (8 * 200 - 24) + 8 * 140
+    assert led.idle_core.core_cents == round(Fraction(2696) * Fraction(RATE) / 3600 * 100) == 176
+    assert led.idle_core_by_node["core2"]["out_of_service_h"] == round(60 / 3600, 4)
+    assert led.total("core_cents") == ml.core_cents + 176
+
+
+def _core_ledger(core: CoreCapacity | None, jobs: list[JobRecord] = JOBS) -> Any:
+    return build_ledger(
+        jobs, since=0, until=NOW, now=NOW, by="team", core_rate=RATE, burst_nodes=OD1,
+        lifetimes=instance_lifetimes(AUDIT, 0, NOW), core=core,
+    )  # fmt: skip
+
+
+def test_gpus_held_while_draining_are_not_taken_twice() -> None:
+    # core1 drains while job 1 (8 GPUs, 1796346525..528) runs, and stays out 10 s more
+    core = replace(CORE, out_of_service={"core1": [(1796346526, 1796346538)]})
+    led = _core_ledger(core)
+    # in service 200 - 12 s; job 1 held 8 GPUs 1 s of that (525..526)
+    assert led.idle_core_by_node["core1"]["idle_gpu_h"] == round((8 * 188 - 8) / 3600, 4)
+    assert led.idle_core.core_gpu_s == (8 * 188 - 8) + 8 * 200
+
+
+def test_unknown_capacity_is_never_idle() -> None:
+    unreadable = replace(
+        CORE, gpus={"core1": None, "core2": 8}, unknown={"core1": "node core1: GRES 'x' unreadable"}
+    )
+    led = _core_ledger(unreadable)
+    assert set(led.idle_core_by_node) == {"core2"} and led.idle_core.core_gpu_s == 8 * 140
+    assert "core1" in led.core_unknown
+    assert any("GRES 'x' unreadable" in n for n in led.notes)
+    # a node the jobs ran on that scontrol no longer lists
+    gone = replace(CORE, gpus={"core2": 8})
+    assert "scontrol does not list it" in _core_ledger(gone).core_unknown["core1"]
+    # more GPU-seconds held than the node had: the records disagree, no idle figure
+    small = replace(CORE, gpus={"core1": 0, "core2": 8})
+    assert "more than its 0 GPUs" in _core_ledger(small).core_unknown["core1"]
+    # no cluster record in slurmdbd at all
+    blind = replace(CORE, recorded_from=None)
+    assert _core_ledger(blind).idle_core.core_gpu_s == 0
+    assert len(_core_ledger(blind).core_unknown) == 2
+
+
+def test_no_capacity_is_an_unknown_row_left_out_of_the_totals() -> None:
+    led = _core_ledger(None)
+    assert led.idle_core.unknown and led.idle_core.core_gpu_s == 0
+    assert any("idle core GPU-hours are unknown" in n for n in led.notes)
+    assert led.total("core_cents") == sum(r.core_cents or 0 for r in led.rows)
+
+
+def test_capacity_counts_only_from_slurmdbd_records() -> None:
+    late = replace(CORE, recorded_from=NOW - 50, out_of_service={})
+    led = _core_ledger(late)
+    # core1's job (before the records) is outside the counted span: 50 s x 8 GPUs per node
+    assert led.idle_core.core_gpu_s == 2 * 8 * 50
+    assert any("slurmdbd has the cluster only from" in n for n in led.notes)
 
 
 def test_teams_mapping_and_other_groupings() -> None:
@@ -119,14 +189,52 @@ _jobs = st.lists(
 )
 
 
+_spans = st.lists(
+    st.tuples(st.integers(0, 400_000), st.integers(0, 100_000)).map(lambda t: (t[0], t[0] + t[1])),
+    max_size=4,
+)
+
+
+def _idle_by_sweep(
+    gpus: int, out: list[tuple[int, int]], jobs: list[JobRecord], node: str, window: tuple[int, int]
+) -> Fraction:
+    """Idle GPU-seconds of one node by another route: cut [lo, hi) at every event and job
+    boundary and add up each piece that is in service (GPUs - what jobs held there)."""
+    lo, hi = window
+    mine = [j for j in jobs if node in j.nodes]
+    cuts = sorted(
+        {lo, hi}
+        | {t for a, b in out for t in (a, b) if lo < t < hi}
+        | {t for j in mine for t in j.span(600_000) if lo < t < hi}
+    )
+    idle = Fraction(0)
+    for a, b in itertools.pairwise(cuts):
+        if any(x <= a and b <= y for x, y in out):
+            continue
+        busy = sum(
+            (j.gpus_per_node for j in mine if j.span(600_000)[0] <= a and b <= j.span(600_000)[1]),
+            start=Fraction(0),
+        )
+        idle += (gpus - busy) * (b - a)
+    return idle
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     jobs=_jobs,
     rate=st.decimals("0.01", "9.99", places=4),
     p=st.decimals("0.5", "120", places=5),
+    core_gpus=st.tuples(st.integers(0, 16), st.integers(0, 16)),
+    outs=st.tuples(_spans, _spans),
+    recorded_from=st.integers(0, 100_000),
 )
-def test_rows_add_up_to_totals_to_the_cent(
-    jobs: list[tuple[str, tuple[str, ...], int, int, int]], rate: Decimal, p: Decimal
+def test_rows_add_up_to_totals_to_the_cent(  # noqa: PLR0917
+    jobs: list[tuple[str, tuple[str, ...], int, int, int]],
+    rate: Decimal,
+    p: Decimal,
+    core_gpus: tuple[int, int],
+    outs: tuple[list[tuple[int, int]], list[tuple[int, int]]],
+    recorded_from: int,
 ) -> None:
     nodes = {
         "od-1": BurstNode("od", "p5.48xlarge", "on-demand", 8, p, "x"),
@@ -138,9 +246,16 @@ def test_rows_add_up_to_totals_to_the_cent(
         for i, (acct, ns, gpus, start, dur) in enumerate(jobs)
     ]
     lifetimes = {n: [(0, 500_000)] for n in nodes}
+    core = CoreCapacity(
+        gpus={"core1": core_gpus[0], "core2": core_gpus[1]},
+        unknown={},
+        out_of_service={"core1": outs[0], "core2": outs[1]},
+        recorded_from=recorded_from,
+        source="x",
+    )
     led = build_ledger(
         recs, since=5_000, until=300_000, now=600_000, by="account", core_rate=rate,
-        burst_nodes=nodes, lifetimes=lifetimes,
+        burst_nodes=nodes, lifetimes=lifetimes, core=core,
     )  # fmt: skip
     burst_exact = sum((r.burst_usd for r in led.all_rows), start=Fraction(0))
     total_burst = led.total("burst_cents")
@@ -153,6 +268,17 @@ def test_rows_add_up_to_totals_to_the_cent(
             for n, s in led.instance_gpu_s.items()
         )
         assert burst_exact == inst
-    for r in led.rows:  # each core cell is its own GPU-hours x rate, to the cent
+    for r in [*led.rows, led.idle_core]:  # each core cell is its own GPU-hours x rate, to the cent
         assert r.core_cents == round(r.core_gpu_s * Fraction(rate) / 3600 * 100)
-    assert led.total("core_cents") == sum(r.core_cents or 0 for r in led.rows)
+    assert led.total("core_cents") == sum(r.core_cents or 0 for r in led.all_rows)
+    # the idle core: each node known or named unknown, and known ones agree with a sweep
+    lo = max(5_000, recorded_from)
+    idle_sum = Fraction(0)
+    for i, node in enumerate(("core1", "core2")):
+        swept = _idle_by_sweep(core_gpus[i], outs[i], recs, node, (lo, 300_000))
+        if node in led.core_unknown:
+            assert swept < 0 and node not in led.idle_core_by_node
+        else:
+            assert swept >= 0
+            idle_sum += swept
+    assert led.idle_core.core_gpu_s == idle_sum

@@ -1,10 +1,17 @@
 """``coreburst cost report`` end to end on the recorded 22.05 lab (its saved ``sacct --json``
-and burst audit log, tests/fixtures/slurm/sacct-fixtures.md): table, CSV, JSON and PNG agree;
-bad input is one line and exit 2."""
+and burst audit log, tests/fixtures/slurm/sacct-fixtures.md; ``scontrol -o show node`` as
+recorded there, test_capacity.py): table, CSV, JSON and PNG agree; bad input is one line and
+exit 2.
+
+``scontrol`` and ``sacctmgr`` are stand-ins on PATH that print those files. The node events
+(:data:`EVENTS`) are **made up** in the recorded layout (sacctmgr-events-22.05-recorded.txt)
+at the recorded jobs' times: the cluster's records start at 01:06:40, core2 drained a minute.
+"""
 
 from __future__ import annotations
 
 import json
+import os
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -21,7 +28,35 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
 SACCT = REPO / "tests" / "fixtures" / "slurm" / "sacct-22.05-recorded.json"
 AUDIT = HERE / "burst-audit-recorded.jsonl"
-WINDOW = ["--since", "2026-12-04", "--until", "2026-12-05"]
+WINDOW = ["--since", "2026-12-04T01:00", "--until", "2026-12-04T02:00"]
+NODES = HERE / "scontrol-show-node-22.05-recorded.txt"
+EVENTS = (
+    "burstlab||1796346400|Unknown||Cluster|Cluster Registered TRES\n"
+    "burstlab|core2|1796346500|1796346560|DRAIN|Node|fan swap\n"
+    "burstlab|od-1|1796346400|1796346527|IDLE~|Node|Powered down\n"
+)
+# core1: 8 GPUs x 3,200 s in records less job 1's 24 GPU-s; core2: 8 x (3,200 - 60 s drained)
+IDLE_CORE_GPU_S = (8 * 3200 - 24) + 8 * 3140
+
+
+@pytest.fixture(autouse=True, name="slurm_bin")
+def slurm_bin_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """scontrol (22.05: refuses --json) and sacctmgr stand-ins first on PATH."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "events.txt").write_text(EVENTS)
+    scripts = {
+        "scontrol": '[ "$1" = --json ] && { echo "scontrol: unrecognized option \'--json\'" >&2;'
+        f' exit 1; }}\ncat "${{FAKE_NODES:-{NODES}}}"\n',
+        "sacctmgr": f'cat "${{FAKE_EVENTS:-{tmp_path / "events.txt"}}}"\n',
+    }
+    for name, body in scripts.items():
+        (bin_dir / name).write_text("#!/bin/sh\n" + body)
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return bin_dir
+
+
 SCENARIO = REPO / "coreburst" / "tco" / "examples" / "team8_85pct.yaml"
 
 
@@ -51,8 +86,16 @@ def test_json_csv_and_table_agree(stack_dir: Path, tmp_path: Path) -> None:
     assert rows["ml"]["core_usd"] == 0.02 and rows["ml"]["jobs"] == 2
     assert doc["idle"]["burst_gpu_h"] == round(288 / 3600, 3)
     assert doc["total"]["burst_usd"] == 0.61  # 40 s of p5.48xlarge at $55.04/h
+    idle_core = doc["idle_core"]
+    assert idle_core["core_gpu_h"] == round(IDLE_CORE_GPU_S / 3600, 3)
+    exact = Decimal(IDLE_CORE_GPU_S) * Decimal("2.35") / 3600  # $33.0932
+    assert (
+        Decimal(str(idle_core["core_usd"])) == exact.quantize(Decimal("0.01")) == Decimal("33.09")
+    )
+    assert set(idle_core["nodes"]) == {"core1", "core2"} and idle_core["unknown_nodes"] == {}
+    assert any("only from 2026-12-04 01:06 UTC" in n for n in doc["notes"])
     for col in ("core_usd", "burst_usd", "total_usd"):
-        assert sum(round(r[col] * 100) for r in [*doc["rows"], doc["idle"]]) == round(
+        assert sum(round(r[col] * 100) for r in [*doc["rows"], idle_core, doc["idle"]]) == round(
             doc["total"][col] * 100
         )
     code, csv_out, _ = _run(stack_dir, "--gpu-hour-usd", "2.35", "--format", "csv")
@@ -63,6 +106,9 @@ def test_json_csv_and_table_agree(stack_dir: Path, tmp_path: Path) -> None:
     code, table, _ = _run(stack_dir, "--gpu-hour-usd", "2.35", "--plot", str(plot))
     assert code == 0
     assert "(idle burst instances)" in table and "$0.61" in table and f"plot: {plot}" in table
+    idle_line = next(line for line in table.splitlines() if "(idle core GPUs)" in line)
+    assert "2 nodes" in idle_line and "14.082" in idle_line and "$33.09" in idle_line
+    assert lines[-3][0] == "(idle core GPUs)" and lines[-3][3] == "33.09"
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -94,6 +140,47 @@ def test_teams_file(stack_dir: Path, tmp_path: Path) -> None:
     assert [r["group"] for r in json.loads(out)["rows"]] == ["vision"]
 
 
+def test_unreadable_gpu_count_is_unknown_not_idle(
+    stack_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # core1's GRES unreadable and its TRES without gres/gpu: no count to trust
+    lines = [
+        line.replace("Gres=gpu:h100:8", "Gres=gpu:h100:eight").replace(",gres/gpu=8", "")
+        if line.startswith("NodeName=core1 ")
+        else line
+        for line in NODES.read_text().splitlines()
+    ]
+    (tmp_path / "nodes.txt").write_text("\n".join(lines) + "\n")
+    monkeypatch.setenv("FAKE_NODES", str(tmp_path / "nodes.txt"))
+    code, out, err = _run(stack_dir, "--gpu-hour-usd", "2.35", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert set(doc["idle_core"]["nodes"]) == {"core2"}
+    assert doc["idle_core"]["core_gpu_h"] == round(8 * 3140 / 3600, 3)
+    assert "core1" in doc["idle_core"]["unknown_nodes"]
+    assert any("GRES 'gpu:h100:eight' unreadable" in n for n in doc["notes"])
+
+
+def test_slurm_unreachable_idle_core_is_unknown(
+    stack_dir: Path, slurm_bin: Path, tmp_path: Path
+) -> None:
+    (slurm_bin / "scontrol").write_text(
+        "#!/bin/sh\necho 'slurm_load_node error: Unable to contact slurm controller' >&2\nexit 1\n"
+    )
+    code, out, err = _run(stack_dir, "--gpu-hour-usd", "2.35", "--format", "json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["idle_core"]["unknown"] is True and doc["idle_core"]["core_usd"] is None
+    assert any("Unable to contact slurm controller" in n for n in doc["notes"])
+    # the known rows still add up to the total
+    assert doc["total"]["core_usd"] == sum(r["core_usd"] for r in doc["rows"])
+    code, table, _ = _run(stack_dir, "--gpu-hour-usd", "2.35")
+    idle_line = next(line for line in table.splitlines() if "(idle core GPUs)" in line)
+    assert "unknown" in idle_line and "$0.00" not in idle_line
+    _, csv_out, _ = _run(stack_dir, "--gpu-hour-usd", "2.35", "--format", "csv")
+    assert "(idle core GPUs),0,unknown,unknown,unknown,unknown,0.0,unknown" in csv_out
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
@@ -107,15 +194,21 @@ def test_teams_file(stack_dir: Path, tmp_path: Path) -> None:
         (["--sacct-json", "__TMP__/bad.json"], "not UTF-8"),
         (["--audit-log", "__TMP__/audit.jsonl"], "line 1: not an audit record"),
         (["--scenario", "__TMP__/teams.yaml"], "--scenario"),
+        (["FAKE_NODES=__TMP__/audit.jsonl"], "scontrol -o show node line 1: not 'NodeName="),
+        (["FAKE_NODES=__TMP__/bad.json"], "scontrol show node: bytes that are not UTF-8"),
+        (["FAKE_EVENTS=__TMP__/audit.jsonl"], "sacctmgr list event line 1: 1 fields"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(
-    stack_dir: Path, tmp_path: Path, args: list[str], message: str
+    stack_dir: Path, tmp_path: Path, args: list[str], message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (tmp_path / "teams.yaml").write_text("- not a mapping\n")
     (tmp_path / "bad.json").write_bytes(b'{"jobs": [{"user": "\xff"}]}')
     (tmp_path / "audit.jsonl").write_text("{torn\n")
     args = [a.replace("__TMP__", str(tmp_path)) for a in args]
+    for a in [a for a in args if a.startswith("FAKE_")]:  # what scontrol/sacctmgr print
+        monkeypatch.setenv(*a.split("=", 1))
+        args.remove(a)
     code, out, err = _run(stack_dir, *args)
     assert code == 2, (out, err)
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
