@@ -136,6 +136,13 @@ class Row:
     core_cents: int | None = None
     burst_cents: int = 0
     unknown: bool = False  # an idle row whose figure is unknown: shown so, left out of totals
+    measured_gpu_s: Fraction = Fraction(0)  # GPU-seconds of job runs DCGM measured
+    active_gpu_s: Fraction = Fraction(0)  # those x their engine-active ratio
+
+    @property
+    def gpu_active(self) -> float | None:
+        """GPU-seconds-weighted engine-active ratio of the measured runs; None: none measured."""
+        return float(self.active_gpu_s / self.measured_gpu_s) if self.measured_gpu_s else None
 
     @property
     def total_cents(self) -> int | None:
@@ -255,10 +262,12 @@ def build_ledger(
     lifetimes: dict[str, list[tuple[int, int]]] | None,
     teams: dict[str, str] | None = None,
     core: CoreCapacity | None = None,
+    active: dict[JobRecord, float | None] | None = None,
 ) -> Ledger:
     """Rows of GPU-hours and dollars per group, the idle core and idle burst rows, and notes
     (pure). ``lifetimes`` None: no audit log (idle burst instance-hours unknown); ``core``
-    None: the core's capacity could not be read (idle core GPU-hours unknown)."""
+    None: the core's capacity could not be read (idle core GPU-hours unknown); ``active``: each
+    run's engine-active ratio from DCGM (:mod:`coreburst.cost.measured`; None: unmeasured)."""
     teams = teams or {}
     rows: dict[str, Row] = {}
     used_on: dict[str, Fraction] = {}  # burst node -> job GPU-seconds on it
@@ -273,6 +282,10 @@ def build_ledger(
         row.jobs.add(job.job_id)
         if job.gpus == 0:
             unknown_gpus.append(job.job_id)
+        ratio = None if active is None else active.get(job)
+        if ratio is not None:
+            row.measured_gpu_s += job.gpus * secs
+            row.active_gpu_s += job.gpus * secs * Fraction(ratio)
         per_node = job.gpus_per_node * secs
         for node in job.nodes:
             b = burst_nodes.get(node)

@@ -53,6 +53,8 @@ from coreburst.cost.ledger import (
     burst_nodes_of,
     instance_lifetimes,
 )
+from coreburst.cost.measured import measure_jobs
+from guardrails.adapters.dcgm import GR_ENGINE_ACTIVE
 
 app = typer.Typer(
     add_completion=False,
@@ -220,6 +222,28 @@ def _core_capacity(side: BurstSide, since: int, until: int) -> CoreCapacity | st
         raise _fail(str(exc)) from None
 
 
+def _measure(  # noqa: PLR0917
+    url: str,
+    jobs: list[JobRecord],
+    side: BurstSide,
+    core: CoreCapacity | str,
+    since: int,
+    until: int,
+    now: int,
+) -> tuple[dict[JobRecord, float | None], list[str]]:
+    """Each run's DCGM engine-active ratio; Prometheus unreachable or refusing is one line."""
+    from guardrails.adapters.dcgm import Prometheus, PrometheusError
+
+    gpus_of = {n: b.gpus for n, b in side.nodes.items()}
+    if isinstance(core, CoreCapacity):
+        gpus_of.update({n: g for n, g in core.gpus.items() if g is not None})
+    try:
+        return measure_jobs(Prometheus(url), jobs, gpus_of, since=since, until=until, now=now)
+    except PrometheusError as exc:
+        # the client names the daemon's setting; here the URL is --prometheus
+        raise _fail(str(exc).replace("core_idle.prometheus_url", "--prometheus")) from None
+
+
 def _usd(cents: int | None) -> float | None:
     return None if cents is None else cents / 100
 
@@ -238,6 +262,8 @@ def row_doc(r: Row) -> dict[str, Any]:
             "total_usd": None,
             "unknown": True,
         }
+    active = r.gpu_active
+    held = r.core_gpu_s + r.burst_gpu_s + r.unpriced_gpu_s
     return {
         "group": r.group,
         "jobs": len(r.jobs),
@@ -247,6 +273,11 @@ def row_doc(r: Row) -> dict[str, Any]:
         "burst_usd": _usd(r.burst_cents),
         "unpriced_gpu_h": _h(r.unpriced_gpu_s),
         "total_usd": _usd(r.total_cents),
+        # DCGM engine-active ratio of the measured runs (null: none measured, never 0)
+        "gpu_active": None if active is None else round(active, 4),
+        "measured_gpu_h": _h(r.measured_gpu_s),
+        # the share of the row's GPU-hours that DCGM measured
+        "measured_share": round(float(r.measured_gpu_s / held), 4) if held else None,
     }
 
 
@@ -259,6 +290,7 @@ def report_doc(
     source: str,
     price_source: str,
     capacity_source: str = "unknown",
+    measured_source: str | None = None,
 ) -> dict[str, Any]:
     iso = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
     total = Row("total")
@@ -270,6 +302,8 @@ def report_doc(
         total.core_gpu_s += r.core_gpu_s
         total.burst_gpu_s += r.burst_gpu_s
         total.unpriced_gpu_s += r.unpriced_gpu_s
+        total.measured_gpu_s += r.measured_gpu_s
+        total.active_gpu_s += r.active_gpu_s
     total.core_cents = ledger.total("core_cents")
     total.burst_cents = ledger.total("burst_cents")
     return {
@@ -281,6 +315,7 @@ def report_doc(
         "owned_price_source": price_source,
         "burst_price_source": "catalog (coreburst/common/data/catalog.yaml), instance price",
         "core_capacity_source": capacity_source,
+        "gpu_active_source": measured_source,
         "rows": [row_doc(r) for r in ledger.rows],
         # the idle core row holds no job: ``nodes`` are the core nodes counted, ``unknown``
         # those whose capacity Slurm could not give (not counted as idle)
@@ -297,6 +332,15 @@ def report_doc(
     }
 
 
+def _active(r: dict[str, Any]) -> str:
+    """``62%``, ``62% of 80%`` (of the row's GPU-hours measured), or ``n/a``."""
+    if r["gpu_active"] is None:
+        return "n/a"
+    share = r["measured_share"] or 0.0
+    text = f"{r['gpu_active']:.0%}"
+    return text if share >= 0.995 else f"{text} of {share:.0%}"
+
+
 def _money(v: float | None) -> str:
     return "unpriced" if v is None else f"${v:,.2f}"
 
@@ -305,12 +349,18 @@ def _csv(doc: dict[str, Any], by: str) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     keys = ["jobs", "core_gpu_h", "core_usd", "burst_gpu_h", "burst_usd", "unpriced_gpu_h"]
-    w.writerow([by, *keys, "total_usd"])
-    for r in [*doc["rows"], doc["idle_core"], doc["idle"], doc["total"]]:
+    w.writerow([by, *keys, "total_usd", "gpu_active", "measured_gpu_h"])
+    idle_rows = (doc["idle_core"], doc["idle"])
+    for r in [*doc["rows"], *idle_rows, doc["total"]]:
         vals = [r[k] for k in [*keys, "total_usd"]]
         # an unpriced or unknown cell is the word, never an empty cell a spreadsheet sums as 0
         word = "unknown" if r.get("unknown") else "unpriced"
-        w.writerow([r["group"], *(word if v is None else v for v in vals)])
+        measured = (
+            ["", ""]
+            if any(r is x for x in idle_rows)
+            else ["n/a" if r["gpu_active"] is None else r["gpu_active"], r["measured_gpu_h"]]
+        )
+        w.writerow([r["group"], *(word if v is None else v for v in vals), *measured])
     return buf.getvalue()
 
 
@@ -322,12 +372,13 @@ def _table(doc: dict[str, Any], by: str) -> None:
     if not console.is_terminal:  # a pipe or a file: no wrapping at 80 columns
         console = Console(soft_wrap=True, width=200)
     t = Table(title=f"GPU cost by {by}, {doc['since'][:19]} to {doc['until'][:19]} UTC")
-    for col in (by, "jobs", "core GPU-h", "core $", "burst GPU-h", "burst $", "total $"):
+    cols = (by, "jobs", "core GPU-h", "core $", "burst GPU-h", "burst $", "total $", "GPU active")
+    for col in cols:
         t.add_column(col, justify="left" if col == by else "right")
     idle_rows = (doc["idle_core"], doc["idle"])
     for r in [*doc["rows"], *idle_rows, doc["total"]]:
         if r.get("unknown"):
-            t.add_row(r["group"], "", "unknown", "unknown", "", "", "unknown")
+            t.add_row(r["group"], "", "unknown", "unknown", "", "", "unknown", "")
             continue
         burst_h = f"{r['burst_gpu_h']:,.3f}"
         if r["unpriced_gpu_h"]:
@@ -342,6 +393,7 @@ def _table(doc: dict[str, Any], by: str) -> None:
             burst_h,
             _money(r["burst_usd"]),
             _money(r["total_usd"]),
+            "" if any(r is x for x in idle_rows) else _active(r),
             end_section=r is doc["idle"],
         )
     console.print(t)
@@ -353,6 +405,11 @@ def _table(doc: dict[str, Any], by: str) -> None:
     )
     console.print(f"burst: {doc['burst_price_source']}; jobs from {doc['jobs_source']}")
     console.print(f"idle core: GPUs and time in service from {doc['core_capacity_source']}")
+    console.print(
+        f"GPU active: DCGM engine-active ratio from {doc['gpu_active_source']}"
+        if doc["gpu_active_source"]
+        else "GPU active: n/a (give --prometheus URL to read DCGM)"
+    )
     for note in doc["notes"]:
         console.print(f"note: {note}")
 
@@ -399,6 +456,10 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         Path | None,
         typer.Option(help="read this saved `sacct --json` output instead of running sacct"),
     ] = None,
+    prometheus: Annotated[
+        str | None,
+        typer.Option(help="Prometheus with dcgm-exporter series: each job's GPU active ratio"),
+    ] = None,
 ) -> None:
     """Core and burst GPU-hours and dollars per team (or account, user, job, partition).
 
@@ -437,6 +498,9 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     except AccountingError as exc:
         raise _fail(str(exc)) from None
     core = _core_capacity(side, start, end)
+    active, measured_notes = (
+        ({}, []) if prometheus is None else _measure(prometheus, jobs, side, core, start, end, now)
+    )
     ledger = build_ledger(
         jobs,
         since=start,
@@ -448,7 +512,9 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         lifetimes=lifetimes,
         teams=team_map,
         core=core if isinstance(core, CoreCapacity) else None,
+        active=active if prometheus is not None else None,
     )
+    ledger.notes.extend(measured_notes)
     if isinstance(core, str):
         ledger.notes.append(f"idle core GPU-hours unknown: {core}")
     if lifetimes is None:
@@ -461,6 +527,9 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         source=source,
         price_source=price_source,
         capacity_source=core.source if isinstance(core, CoreCapacity) else "unknown",
+        measured_source=None
+        if prometheus is None
+        else f"{prometheus} ({GR_ENGINE_ACTIVE}, dcgm-exporter)",
     )
     if plot is not None:
         from coreburst.cost.plot import render_cost

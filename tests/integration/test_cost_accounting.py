@@ -226,9 +226,14 @@ def test_every_job_by_job_and_csv_and_plot(seeded: Seeded) -> None:
     done = _report(seeded, "--by", "job", "--format", "csv", "--plot", str(plot))
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert lines[0].split(",")[0] == "job"
+    header = lines[0].split(",")
+    assert header[0] == "job"
     body = {line.split(",")[0]: line.split(",") for line in lines[1:]}
     assert set(seeded.jobs) <= set(body)
     total = body.pop("total")
-    assert sum(Fraction(v[-1]) for v in body.values()) == Fraction(total[-1])
+    col = header.index("total_usd")
+    assert sum(Fraction(v[col]) for v in body.values()) == Fraction(total[col])
+    # no --prometheus: every job's GPU active is n/a, never 0
+    active = header.index("gpu_active")
+    assert {body[j][active] for j in seeded.jobs} == {"n/a"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -10,6 +10,8 @@ at the recorded jobs' times: the cluster's records start at 01:06:40, core2 drai
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 from decimal import Decimal
@@ -101,7 +103,11 @@ def test_json_csv_and_table_agree(stack_dir: Path, tmp_path: Path) -> None:
     code, csv_out, _ = _run(stack_dir, "--gpu-hour-usd", "2.35", "--format", "csv")
     lines = [line.split(",") for line in csv_out.splitlines()]
     assert lines[0][0] == "team" and lines[-1][0] == "total"
-    assert Fraction(lines[-1][-1]) == Fraction(str(doc["total"]["total_usd"]))
+    total_col = lines[0].index("total_usd")
+    assert Fraction(lines[-1][total_col]) == Fraction(str(doc["total"]["total_usd"]))
+    # without --prometheus, GPU active is n/a in every job row, never 0
+    active_col = lines[0].index("gpu_active")
+    assert {line[active_col] for line in lines[1:3]} == {"n/a"}
     plot = tmp_path / "cost.png"
     code, table, _ = _run(stack_dir, "--gpu-hour-usd", "2.35", "--plot", str(plot))
     assert code == 0
@@ -130,7 +136,9 @@ def test_without_an_owned_price_core_is_unpriced(stack_dir: Path) -> None:
     code, table, _ = _run(stack_dir)
     assert "unpriced" in table and "$0.00 " not in table.split("total")[-1].split("\n")[0]
     code, csv_out, _ = _run(stack_dir, "--format", "csv")
-    assert csv_out.splitlines()[-1].endswith(",unpriced")
+    total = list(csv.DictReader(io.StringIO(csv_out)))[-1]
+    assert total["team"] == "total"
+    assert total["total_usd"] == "unpriced" and total["core_usd"] == "unpriced"
 
 
 def test_teams_file(stack_dir: Path, tmp_path: Path) -> None:
