@@ -228,6 +228,19 @@ class SlurmDB:
         self._procs.clear()
         (self.root / "mariadbd.pid").unlink(missing_ok=True)
 
+    def sql(self, statement: str, timeout_s: float = 30) -> str:
+        """Run SQL on slurmdbd's database as MariaDB's root (its socket under ``root``); the
+        rows, tab-separated. For tests that move recorded history (no other use)."""
+        client = shutil.which("mariadb") or "mysql"
+        done = subprocess.run(
+            [client, "--no-defaults", f"--socket={self.root}/mysqld.sock", "-uroot", "-N", "-B",
+             DB_NAME, "-e", statement],
+            capture_output=True, text=True, timeout=timeout_s, check=False,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"SQL failed: {done.stderr.strip()[-300:]}")
+        return done.stdout
+
     def log_tail(self, name: str, lines: int = 20) -> str:
         try:
             return "\n".join((self.root / name).read_text().splitlines()[-lines:])

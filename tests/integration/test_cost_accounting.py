@@ -1,19 +1,32 @@
-"""``coreburst cost report`` on a real Slurm 22.05 whose accounting is slurmdbd on MariaDB.
+"""``coreburst cost report`` over a week on a real Slurm 22.05 whose accounting is slurmdbd on
+MariaDB.
 
 One lab for the module (coreburst/sandbox/slurmlab.py with coreburst/sandbox/slurmdb.py:
-MariaDB and slurmdbd on 127.0.0.1, the lab's munged). Accounts ``ml`` and ``research`` are
-created with ``sacctmgr``; then real jobs run through ``sbatch``: one per team on the core
-(8 and 4 GPUs), and two 4-GPU jobs, one per team, sharing one burst node (``od-1``), which
-the resume program launches on the EC2 emulator and the suspend program ends after
-SuspendTime. The jobs last seconds, not a week: their GPU-seconds are real ones from
-slurmdbd, and the dollar checks hold at any length. The guardrails daemon never runs here:
-every job is one "that ran while the daemon was down", and the report finds them all in
-Slurm's database.
+MariaDB and slurmdbd on 127.0.0.1, the lab's munged). What is **real**: accounts ``ml`` and
+``research`` made with ``sacctmgr``; seven jobs run through ``sbatch`` on the lab's two core
+nodes (8 GPUs each) and two burst nodes: two 4-GPU jobs sharing ``od-1`` and an 8-GPU job on
+``od-2``, whose instances the resume program launches on the EC2 emulator and the suspend
+program ends after SuspendTime; one core job submitted, run and ended while slurmdbd was
+stopped (slurmctld keeps its record and sends it when slurmdbd is back); core2 drained for two
+seconds (``scontrol update state=drain``), which slurmdbd records as a node event. Every job
+"ran while the daemon was down": the guardrails daemon never runs here. Each job lasts
+seconds: its GPU-seconds, and each instance's and event's length, are what Slurm and the
+resume program recorded.
 
-The report's figures are checked against what the test reads itself: GPU-seconds from
-``sacct --parsable2`` (another layout than the report's ``--json``) x the owned rate,
-exactly to the cent per team; instance-seconds from the burst audit log (cross-checked with
-the emulator's launch time) x the catalog's p5.48xlarge on-demand price, within 1 cent.
+What is **shifted**: to make those minutes a week, each record is then moved back in time, as
+a whole, by a whole number of days and hours (:data:`SHIFT`): in slurmdbd's own tables (a
+job's submit, eligible, start and end in ``<cluster>_job_table`` and its steps'
+``<cluster>_step_table``; the drain event in ``<cluster>_event_table``) and, for a burst node,
+its jobs and its instance's ``resume.launched``/``suspend`` records in the burst audit log by
+the same amount. The cluster's registration event is moved back 8 days so that slurmdbd's
+records cover the week. Lengths are not changed; the emulator's instance records (LaunchTime)
+are not shifted (the test checks the audit log against them before the shift).
+
+The report runs over the week (``--since T-7d --until T``) and is checked against what the
+test reads itself: GPU-seconds from ``sacct --parsable2`` (another layout than the report's
+``--json``) x the owned rate, exactly to the cent per team; instance-seconds from the audit log
+x the catalog's p5.48xlarge on-demand price, within 1 cent; idle core GPU-hours from 16 GPUs x
+the week less the drained time less the core jobs.
 
 Skipped only when not root or the binaries are missing (Debian: slurmctld slurmd
 slurm-client munge slurmdbd mariadb-server).
@@ -21,7 +34,6 @@ slurm-client munge slurmdbd mariadb-server).
 
 from __future__ import annotations
 
-import calendar
 import json
 import subprocess
 import sys
@@ -34,6 +46,7 @@ from pathlib import Path
 
 import pytest
 
+from coreburst.burst.hostlist import expand
 from coreburst.common.catalog import load_catalog
 from coreburst.sandbox import slurmdb, slurmlab
 from coreburst.sandbox.slurmlab import BurstLab, start_burst_lab
@@ -41,16 +54,38 @@ from coreburst.sandbox.slurmlab import BurstLab, start_burst_lab
 pytestmark = pytest.mark.integration
 
 RATE = Decimal("2.35")  # owned $/GPU-hour given to the report
+DAY, HOUR = 86400, 3600
+WEEK = 7 * DAY
+# How far back each record is moved: per job (by its name) and per burst node, whose jobs and
+# instance move together.
+SHIFT = {
+    "ml-core1": 6 * DAY + 1 * HOUR,
+    "research-core2": 4 * DAY + 5 * HOUR,
+    "ml-core2": 6 * HOUR,
+    "dbd-down": 3 * DAY,  # the job run while slurmdbd was stopped; core2's drain follows it
+    "od-1": 2 * DAY + 3 * HOUR,
+    "od-2": 5 * DAY + 7 * HOUR,
+}
+CLUSTER_BACK = 8 * DAY
+
+
+@dataclass
+class Job:
+    account: str
+    where: str  # "core" or "burst"
+    shift: int
 
 
 @dataclass
 class Seeded:
     lab: BurstLab
     db: slurmdb.SlurmDB
-    jobs: dict[str, tuple[str, str]]  # job id -> (account, where)
-    since: str
+    jobs: dict[str, Job]  # job id -> account, where, shift
+    dbd_down_job: str
     report_dir: Path
-    until: int  # the report's window ends here (UTC epoch seconds)
+    since: int  # the report's week, UTC epoch seconds
+    until: int
+    drained_s: int  # core2's real drain, seconds
 
 
 def _sbatch(lab: BurstLab, *args: str) -> str:
@@ -66,13 +101,59 @@ def _sacct_done(lab: BurstLab, ids: list[str]) -> bool:
     return all(states.get(j) == "COMPLETED" for j in ids)
 
 
+def _drain_event(lab: BurstLab) -> tuple[int, int] | None:
+    out = lab.slurm.run(
+        "sacctmgr", "-P", "-n", "list", "event", "nodes=core2", "start=2000-01-01",
+        "format=TimeStart,TimeEnd,Reason", env={"SLURM_TIME_FORMAT": "%s"}, check=False,
+    ).stdout  # fmt: skip
+    for line in out.splitlines():
+        start, end, reason = line.split("|", 2)
+        if reason.startswith("fan swap") and end.isdigit():
+            return int(start), int(end)
+    return None
+
+
+def _shift_audit(path: Path, back: dict[str, int]) -> None:
+    """Move each burst node's audit records back by its shift, one record per node (a resume of
+    ``od-[1-2]`` is one record there). The original is kept beside it (``.orig``)."""
+    text = path.read_text()
+    path.with_suffix(".jsonl.orig").write_text(text)
+    out = []
+    for line in text.splitlines():
+        rec = json.loads(line)
+        if "nodes" not in rec:
+            out.append(line)
+            continue
+        for node in expand(rec["nodes"]):
+            out.append(json.dumps({**rec, "nodes": node, "ts": rec["ts"] - back.get(node, 0)}))
+    path.write_text("\n".join(out) + "\n")
+
+
+def _shift_db(db: slurmdb.SlurmDB, jobs: dict[str, Job], drain: tuple[int, int]) -> None:
+    for job, j in jobs.items():
+        db.sql(
+            f"UPDATE burstlab_step_table s JOIN burstlab_job_table j USING (job_db_inx) "
+            f"SET s.time_start = s.time_start - {j.shift}, s.time_end = s.time_end - {j.shift} "
+            f"WHERE j.id_job = {int(job)};"
+            f"UPDATE burstlab_job_table SET time_submit = time_submit - {j.shift}, "
+            f"time_eligible = time_eligible - {j.shift}, time_start = time_start - {j.shift}, "
+            f"time_end = time_end - {j.shift} WHERE id_job = {int(job)};"
+        )
+    back = SHIFT["dbd-down"]
+    db.sql(
+        f"UPDATE burstlab_event_table SET time_start = time_start - {back}, "
+        f"time_end = time_end - {back} WHERE node_name = 'core2' AND time_start = {drain[0]};"
+        f"UPDATE burstlab_event_table SET time_start = time_start - {CLUSTER_BACK} "
+        "WHERE node_name = '';"
+    )
+
+
 @pytest.fixture(scope="module", name="seeded")
 def seeded_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
     why = slurmlab.missing_prerequisite() or slurmdb.missing_prerequisite()
     if why:
         pytest.skip(why)
     root = tmp_path_factory.mktemp("costlab")
-    since = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(time.time() - 60))
     db = slurmdb.SlurmDB(root / "db").start()
     try:
         lab = start_burst_lab(root / "lab", accounting=db)
@@ -83,135 +164,161 @@ def seeded_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]
         s = lab.slurm
         s.run("sacctmgr", "-i", "add", "account", "ml,research")
         s.run("sacctmgr", "-i", "add", "user", "root", "account=ml,research", "defaultaccount=ml")
-        jobs = {
-            _sbatch(lab, "-A", "ml", "-p", "core", "-w", "core1", "--gres=gpu:8",
-                    "--wrap", "sleep 3"): ("ml", "core"),
-            _sbatch(lab, "-A", "research", "-p", "core", "-w", "core2", "--gres=gpu:4",
-                    "--wrap", "sleep 2"): ("research", "core"),
-            _sbatch(lab, "-A", "ml", "-p", "burst", "-w", "od-1", "--gres=gpu:4",
-                    "--wrap", "sleep 4"): ("ml", "burst"),
-            _sbatch(lab, "-A", "research", "-p", "burst", "-w", "od-1", "--gres=gpu:4",
-                    "--wrap", "sleep 2"): ("research", "burst"),
+        named = {  # the burst jobs first: their nodes take longest
+            "od-1 ml": _sbatch(lab, "-A", "ml", "-p", "burst", "-w", "od-1", "--gres=gpu:4",
+                               "--wrap", "sleep 4"),
+            "od-1 research": _sbatch(lab, "-A", "research", "-p", "burst", "-w", "od-1",
+                                     "--gres=gpu:4", "--wrap", "sleep 2"),
+            "od-2 research": _sbatch(lab, "-A", "research", "-p", "burst", "-w", "od-2",
+                                     "--gres=gpu:8", "--wrap", "sleep 3"),
+            "ml-core1": _sbatch(lab, "-A", "ml", "-p", "core", "-w", "core1", "--gres=gpu:8",
+                                "--wrap", "sleep 3"),
+            "research-core2": _sbatch(lab, "-A", "research", "-p", "core", "-w", "core2",
+                                      "--gres=gpu:4", "--wrap", "sleep 2"),
+            "ml-core2": _sbatch(lab, "-A", "ml", "-p", "core", "-w", "core2", "--gres=gpu:2",
+                                "--wrap", "sleep 2"),
         }  # fmt: skip
-        ids = list(jobs)
+        # a job submitted, run and ended while slurmdbd is down (core2 has 2 GPUs free)
+        db.stop_dbd()
+        named["dbd-down"] = _sbatch(
+            lab, "-A", "research", "-p", "core", "-w", "core2", "--gres=gpu:2", "--wrap", "sleep 1"
+        )
+        core = [named[k] for k in ("ml-core1", "research-core2", "ml-core2", "dbd-down")]
+        lab.wait("core jobs finished", lambda: all(s.job_state(j)[0] == "GONE" for j in core), 60)
+        db.start_dbd(s)
+        # core2 out of service for a while (no job on it), which slurmdbd records as an event
+        s.run("scontrol", "update", "nodename=core2", "state=drain", "reason=fan swap")
+        time.sleep(2)
+        s.run("scontrol", "update", "nodename=core2", "state=resume")
+        ids = list(named.values())
         lab.wait("jobs finished", lambda: all(s.job_state(j)[0] == "GONE" for j in ids), 120)
-        lab.wait("od-1 suspended (instance terminated)", lambda: not lab.instances("od-1"), 60)
+        for node in ("od-1", "od-2"):
+            lab.wait(f"{node} suspended", lambda n=node: not lab.instances(n), 60)
         audit = s.lab / "log" / "burst-audit.jsonl"
-        lab.wait("suspend audited", lambda: '"event": "suspend"' in audit.read_text(), 30)
+        lab.wait(
+            "suspends audited",
+            lambda: {n for e in map(json.loads, audit.read_text().splitlines())
+                     if e["event"] == "suspend" for n in expand(e["nodes"])} >= {"od-1", "od-2"},
+            30,
+        )  # fmt: skip
         lab.wait("jobs in slurmdbd", lambda: _sacct_done(lab, ids), 60)
-        until = int(time.time())
-        yield Seeded(lab, db, jobs, since, s.lab, until)
+        lab.wait("drain event in slurmdbd", lambda: _drain_event(lab) is not None, 30)
+        drain = _drain_event(lab)
+        assert drain is not None
+        jobs = {
+            job: Job(
+                "ml" if " ml" in name or name.startswith("ml") else "research",
+                "burst" if name.startswith("od-") else "core",
+                SHIFT[name.split(" ")[0]],
+            )
+            for name, job in named.items()
+        }
+        _shift_db(db, jobs, drain)
+        _shift_audit(audit, {n: SHIFT[n] for n in ("od-1", "od-2")})
+        until = int(time.time()) + 1
+        yield Seeded(
+            lab, db, jobs, named["dbd-down"], s.lab, until - WEEK, until, drain[1] - drain[0]
+        )
     finally:
         lab.stop()
         db.stop()
 
 
+def _iso(t: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
 def _report(seeded: Seeded, *args: str) -> subprocess.CompletedProcess[str]:
     return seeded.lab.slurm.run(
-        sys.executable,
-        "-m",
-        "coreburst",
-        "cost",
-        "report",
-        "--since",
-        seeded.since,
-        "--until",
-        time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seeded.until)),
-        "--stack",
-        "lab",
-        "--stack-dir",
-        str(seeded.report_dir),
-        "--gpu-hour-usd",
-        str(RATE),
-        *args,
-        check=False,
-        timeout=120,
-        env={"PYTHONPATH": str(slurmlab.REPO)},
-    )
+        sys.executable, "-m", "coreburst", "cost", "report",
+        "--since", _iso(seeded.since), "--until", _iso(seeded.until),
+        "--stack", "lab", "--stack-dir", str(seeded.report_dir), "--gpu-hour-usd", str(RATE),
+        *args, check=False, timeout=120, env={"PYTHONPATH": str(slurmlab.REPO)},
+    )  # fmt: skip
 
 
-def _parsable_gpu_seconds(seeded: Seeded) -> dict[str, dict[str, int]]:
-    """account -> {"core"|"burst": GPU-seconds}, from sacct --parsable2 (ElapsedRaw x gres/gpu)."""
+def _parsable(seeded: Seeded) -> list[tuple[str, str, int, int, str, int]]:
+    """(job, account, GPUs, elapsed s, node list, end) per job, from sacct --parsable2."""
     out = seeded.lab.slurm.run(
         "sacct", "-n", "-X", "-P", "-a", "-j", ",".join(seeded.jobs),
-        "--format=JobID,Account,ElapsedRaw,AllocTRES,NodeList",
+        "--format=JobID,Account,ElapsedRaw,AllocTRES,NodeList,End",
+        env={"SLURM_TIME_FORMAT": "%s"},
     ).stdout  # fmt: skip
-    per: dict[str, dict[str, int]] = {}
+    rows = []
     for line in out.splitlines():
-        job, account, elapsed, tres, nodes = line.split("|")
+        job, account, elapsed, tres, nodes, end = line.split("|")
         gpus = int(dict(p.split("=") for p in tres.split(","))["gres/gpu"])
+        rows.append((job, account, gpus, int(elapsed), nodes, int(end)))
+    return rows
+
+
+def _gpu_seconds(seeded: Seeded) -> dict[str, dict[str, int]]:
+    """account -> {"core"|"burst": GPU-seconds}, from sacct --parsable2 (ElapsedRaw x gres/gpu)."""
+    per: dict[str, dict[str, int]] = {}
+    for job, account, gpus, elapsed, nodes, _end in _parsable(seeded):
         where = "burst" if nodes.startswith("od-") else "core"
-        assert (account, where) == seeded.jobs[job]
-        per.setdefault(account, {"core": 0, "burst": 0})[where] += gpus * int(elapsed)
+        assert (account, where) == (seeded.jobs[job].account, seeded.jobs[job].where)
+        per.setdefault(account, {"core": 0, "burst": 0})[where] += gpus * elapsed
     return per
 
 
-def _idle_core_gpu_s(seeded: Seeded, core_job_gpu_s: int) -> int:
-    """The test's own figure: sacctmgr's events read as sacctmgr(1) prints them by default
-    (ISO times), no job overlapping an out-of-service span (none is drained while busy)."""
-    out = seeded.lab.slurm.run(
-        "sacctmgr", "-P", "-n", "list", "event", f"start={seeded.since}",
-        "format=NodeName,Start,End,Event", env={"TZ": "UTC"},
-    ).stdout  # fmt: skip
-    epoch = lambda s: calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%S"))  # noqa: E731
-    since = epoch(seeded.since)
-    registered = min(epoch(line.split("|")[1]) for line in out.splitlines() if "|Cluster" in line)
-    lo = max(since, registered)
-    down = 0
-    for line in out.splitlines():
-        node, start, end, kind = line.split("|")
-        if kind == "Node" and node in ("core1", "core2"):
-            stop = seeded.until if end == "Unknown" else epoch(end)
-            down += 8 * max(0, min(stop, seeded.until) - max(epoch(start), lo))
-    return 16 * (seeded.until - lo) - down - core_job_gpu_s
+def _instance_seconds(seeded: Seeded, suffix: str = "") -> dict[str, int]:
+    """Per burst node, seconds from resume.launched to suspend in the audit log."""
+    audit = seeded.report_dir / "log" / f"burst-audit.jsonl{suffix}"
+    events = [json.loads(line) for line in audit.read_text().splitlines()]
+    out = {}
+    for node in ("od-1", "od-2"):
+        mine = [e for e in events if "nodes" in e and node in expand(e["nodes"])]
+        (launched,) = [e for e in mine if e["event"] == "resume.launched"]
+        (ended,) = [e for e in mine if e["event"] == "suspend"]
+        out[node] = int(ended["ts"]) - int(launched["ts"])
+    return out
 
 
-def test_report_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
+def test_week_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
     done = _report(seeded, "--format", "json")
     assert done.returncode == 0, done.stderr
     doc = json.loads(done.stdout)
     assert doc["jobs_source"] == "sacct --json"
+    assert doc["core_capacity_source"] == "scontrol -o show node, sacctmgr list event"
     rows = {r["group"]: r for r in doc["rows"]}
     assert set(rows) == {"ml", "research"}
-    gpu_s = _parsable_gpu_seconds(seeded)
+    assert (rows["ml"]["jobs"], rows["research"]["jobs"]) == (3, 4)
+    # the shift took: the jobs span most of the week, all inside it
+    ends = [end for *_, end in _parsable(seeded)]
+    assert max(ends) - min(ends) > 5 * DAY and min(ends) > seeded.since
+    gpu_s = _gpu_seconds(seeded)
 
     # core: each team's dollars are its GPU-hours x the owned rate, to the cent
     for team, r in rows.items():
         exact = Decimal(gpu_s[team]["core"]) * RATE / 3600
         assert Decimal(str(r["core_usd"])) == exact.quantize(Decimal("0.01")), team
-        assert r["jobs"] == 2
 
-    # burst: instance-seconds of od-1 from the audit log x the catalog's price
-    audit = seeded.report_dir / "log" / "burst-audit.jsonl"
-    events = [json.loads(line) for line in audit.read_text().splitlines()]
-    launched = [e for e in events if e["event"] == "resume.launched" and e["nodes"] == "od-1"]
-    ended = [e for e in events if e["event"] == "suspend" and e["nodes"] == "od-1"]
-    assert len(launched) == 1 and len(ended) == 1, events
-    inst_s = int(ended[0]["ts"]) - int(launched[0]["ts"])
-    # the audit's launch agrees with EC2's (the emulator's LaunchTime, to the second)
-    resp = seeded.lab.ec2.describe_instances(InstanceIds=launched[0]["instances"])
-    launch_time = resp["Reservations"][0]["Instances"][0]["LaunchTime"].timestamp()
-    assert abs(launch_time - launched[0]["ts"]) < 5
+    # burst: instance-seconds from the audit log x the catalog's price, within a cent
+    before = _instance_seconds(seeded, ".orig")
+    assert _instance_seconds(seeded) == before  # shifting kept each instance's length
+    for node, launched in _launches(seeded).items():  # the audit agrees with EC2's LaunchTime
+        assert abs(launched[1] - launched[0]) < 5, node
     price = Decimal(repr(load_catalog().on_demand_price("p5.48xlarge", "us-east-1")))
-    instance_usd = Decimal(inst_s) * price / 3600
-    burst_total = Decimal(str(doc["total"]["burst_usd"]))
-    assert abs(burst_total - instance_usd) <= Decimal("0.01")
-    # each team's share: its GPU-seconds on the node x price / 8 GPUs, within 1 cent
-    for team, r in rows.items():
+    instance_usd = Decimal(sum(before.values())) * price / 3600
+    assert abs(Decimal(str(doc["total"]["burst_usd"])) - instance_usd) <= Decimal("0.01")
+    for team, r in rows.items():  # each team's share: its GPU-seconds x price / 8 GPUs
         share = Decimal(gpu_s[team]["burst"]) * price / 8 / 3600
         assert abs(Decimal(str(r["burst_usd"])) - share) <= Decimal("0.01"), team
-    idle_gpu_s = inst_s * 8 - sum(v["burst"] for v in gpu_s.values())
-    assert idle_gpu_s > 0  # the node booted before and idled after its jobs
-    assert doc["idle"]["burst_gpu_h"] == round(idle_gpu_s / 3600, 3)
+    idle_burst_s = sum(before.values()) * 8 - sum(v["burst"] for v in gpu_s.values())
+    assert idle_burst_s > 0 and doc["idle"]["burst_gpu_h"] == round(idle_burst_s / 3600, 3)
+    assert set(doc["idle"]["nodes"]) == {"od-1", "od-2"}
 
-    # idle core: 2 nodes x 8 GPUs (scontrol) x the time slurmdbd has the cluster in the
-    # window, less the time the test finds them out of service, less the core jobs' GPU-seconds
+    # idle core: 16 GPUs x the week, less core2's 8 GPUs drained, less the core jobs
     idle_core = doc["idle_core"]
     assert idle_core["unknown_nodes"] == {} and set(idle_core["nodes"]) == {"core1", "core2"}
-    expected = _idle_core_gpu_s(seeded, sum(v["core"] for v in gpu_s.values()))
+    assert idle_core["nodes"]["core2"]["out_of_service_h"] == round(seeded.drained_s / 3600, 4)
+    core_s = sum(v["core"] for v in gpu_s.values())
+    expected = 16 * WEEK - 8 * seeded.drained_s - core_s
     assert idle_core["core_gpu_h"] == round(expected / 3600, 3)
     exact = Decimal(expected) * RATE / 3600
     assert Decimal(str(idle_core["core_usd"])) == exact.quantize(Decimal("0.01"))
+    assert not any("only from" in n for n in doc["notes"]), doc["notes"]
 
     # rows add up to the totals, to the cent, in every money column
     for col in ("core_usd", "burst_usd", "total_usd"):
@@ -219,9 +326,23 @@ def test_report_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
         assert cents == round(doc["total"][col] * 100), col
 
 
+def _launches(seeded: Seeded) -> dict[str, tuple[float, float]]:
+    """Per burst node: (the unshifted audit's launch time, EC2's LaunchTime)."""
+    audit = seeded.report_dir / "log" / "burst-audit.jsonl.orig"
+    out = {}
+    for e in map(json.loads, audit.read_text().splitlines()):
+        if e["event"] != "resume.launched":
+            continue
+        resp = seeded.lab.ec2.describe_instances(InstanceIds=e["instances"])
+        for inst in (i for r in resp["Reservations"] for i in r["Instances"]):
+            node = next(t["Value"] for t in inst["Tags"] if t["Key"] == "coreburst-slurm-node")
+            out[node] = (float(e["ts"]), inst["LaunchTime"].timestamp())
+    return out
+
+
 def test_every_job_by_job_and_csv_and_plot(seeded: Seeded) -> None:
-    """All four job runs (none seen by any daemon) are rows of --by job; the CSV's rows sum to
-    its total; the PNG is written."""
+    """All seven job runs (none seen by any daemon; one run while slurmdbd was down) are rows
+    of --by job; the CSV's rows sum to its total; the PNG is written."""
     plot = seeded.report_dir / "cost.png"
     done = _report(seeded, "--by", "job", "--format", "csv", "--plot", str(plot))
     assert done.returncode == 0, done.stderr
@@ -230,6 +351,9 @@ def test_every_job_by_job_and_csv_and_plot(seeded: Seeded) -> None:
     assert header[0] == "job"
     body = {line.split(",")[0]: line.split(",") for line in lines[1:]}
     assert set(seeded.jobs) <= set(body)
+    down = body[seeded.dbd_down_job]  # 2 GPUs on core2 for its run
+    elapsed = next(e for j, _, _, e, _, _ in _parsable(seeded) if j == seeded.dbd_down_job)
+    assert float(down[header.index("core_gpu_h")]) == round(2 * elapsed / 3600, 3) > 0
     total = body.pop("total")
     col = header.index("total_usd")
     assert sum(Fraction(v[col]) for v in body.values()) == Fraction(total[col])
@@ -237,3 +361,13 @@ def test_every_job_by_job_and_csv_and_plot(seeded: Seeded) -> None:
     active = header.index("gpu_active")
     assert {body[j][active] for j in seeded.jobs} == {"n/a"}
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_table_a_person_reads(seeded: Seeded) -> None:
+    done = _report(seeded)
+    assert done.returncode == 0, done.stderr
+    print(done.stdout)  # the week's table, for the record (pytest -s)
+    lines = done.stdout.splitlines()
+    idle_core = next(line for line in lines if "(idle core GPUs)" in line)
+    assert "2 nodes" in idle_core and "$" in idle_core
+    assert "GPU active: n/a (give --prometheus URL to read DCGM)" in done.stdout

@@ -264,7 +264,7 @@ def test_rows_add_up_to_totals_to_the_cent(  # noqa: PLR0917
     # when every job fits in its nodes' lifetimes, burst = instance-hours x price exactly
     if not any("incomplete" in n for n in led.notes):
         inst = sum(
-            Fraction(s) * Fraction(nodes[n].usd_per_hour or 0) / (8 * 3600)  # type: ignore[arg-type]
+            Fraction(s) * Fraction(nodes[n].usd_per_hour or 0) / (8 * 3600)
             for n, s in led.instance_gpu_s.items()
         )
         assert burst_exact == inst
