@@ -53,8 +53,6 @@ from coreburst.cost.ledger import (
     burst_nodes_of,
     instance_lifetimes,
 )
-from coreburst.cost.measured import measure_jobs
-from guardrails.adapters.dcgm import GR_ENGINE_ACTIVE
 
 app = typer.Typer(
     add_completion=False,
@@ -232,6 +230,8 @@ def _measure(  # noqa: PLR0917
     now: int,
 ) -> tuple[dict[JobRecord, float | None], list[str]]:
     """Each run's DCGM engine-active ratio; Prometheus unreachable or refusing is one line."""
+    # DCGM's client only when --prometheus is given: the rest of the report does not need it
+    from coreburst.cost.measured import measure_jobs
     from guardrails.adapters.dcgm import Prometheus, PrometheusError
 
     gpus_of = {n: b.gpus for n, b in side.nodes.items()}
@@ -529,7 +529,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         capacity_source=core.source if isinstance(core, CoreCapacity) else "unknown",
         measured_source=None
         if prometheus is None
-        else f"{prometheus} ({GR_ENGINE_ACTIVE}, dcgm-exporter)",
+        else f"{prometheus} (DCGM_FI_PROF_GR_ENGINE_ACTIVE, dcgm-exporter)",
     )
     if plot is not None:
         from coreburst.cost.plot import render_cost
