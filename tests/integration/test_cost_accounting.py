@@ -34,6 +34,7 @@ slurm-client munge slurmdbd mariadb-server).
 
 from __future__ import annotations
 
+import calendar
 import json
 import subprocess
 import sys
@@ -275,6 +276,31 @@ def _instance_seconds(seeded: Seeded, suffix: str = "") -> dict[str, int]:
     return out
 
 
+def _out_of_service_s(seeded: Seeded) -> dict[str, int]:
+    """Per core node, seconds of the week inside its node events, read from sacctmgr as it
+    prints them by default (ISO times, TZ=UTC); no job runs inside one (none drains busy)."""
+    out = seeded.lab.slurm.run(
+        "sacctmgr", "-P", "-n", "list", "event", "nodes=core1,core2",
+        f"start={_iso(seeded.since)}", f"end={_iso(seeded.until)}", "format=NodeName,Start,End",
+        env={"TZ": "UTC"},
+    ).stdout  # fmt: skip
+    epoch = lambda s: calendar.timegm(time.strptime(s, "%Y-%m-%dT%H:%M:%S"))  # noqa: E731
+    spans: dict[str, list[tuple[int, int]]] = {"core1": [], "core2": []}
+    for line in out.splitlines():
+        node, start, end = line.split("|")
+        stop = seeded.until if end == "Unknown" else epoch(end)
+        spans[node].append((max(epoch(start), seeded.since), min(stop, seeded.until)))
+    total = {}
+    for node, got in spans.items():  # the union of each node's spans
+        covered, reach = 0, seeded.since
+        for a, b in sorted(got):
+            lo = max(a, reach)
+            if b > lo:
+                covered, reach = covered + b - lo, b
+        total[node] = covered
+    return total
+
+
 def test_week_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
     done = _report(seeded, "--format", "json")
     assert done.returncode == 0, done.stderr
@@ -309,12 +335,17 @@ def test_week_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
     assert idle_burst_s > 0 and doc["idle"]["burst_gpu_h"] == round(idle_burst_s / 3600, 3)
     assert set(doc["idle"]["nodes"]) == {"od-1", "od-2"}
 
-    # idle core: 16 GPUs x the week, less core2's 8 GPUs drained, less the core jobs
+    # idle core: 16 GPUs x the week, less 8 GPUs x each core node's time out of service
+    # (core2's drain, and whatever else slurmdbd recorded, e.g. a node not yet responding
+    # when slurmctld started), less the core jobs
     idle_core = doc["idle_core"]
     assert idle_core["unknown_nodes"] == {} and set(idle_core["nodes"]) == {"core1", "core2"}
-    assert idle_core["nodes"]["core2"]["out_of_service_h"] == round(seeded.drained_s / 3600, 4)
+    out = _out_of_service_s(seeded)
+    assert out["core2"] >= seeded.drained_s
+    for node in ("core1", "core2"):
+        assert idle_core["nodes"][node]["out_of_service_h"] == round(out[node] / 3600, 4)
     core_s = sum(v["core"] for v in gpu_s.values())
-    expected = 16 * WEEK - 8 * seeded.drained_s - core_s
+    expected = 16 * WEEK - 8 * sum(out.values()) - core_s
     assert idle_core["core_gpu_h"] == round(expected / 3600, 3)
     exact = Decimal(expected) * RATE / 3600
     assert Decimal(str(idle_core["core_usd"])) == exact.quantize(Decimal("0.01"))
