@@ -5,10 +5,14 @@ Slack-compatible webhook receiver, and a fleet/metrics publisher. Nothing binds 
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import random
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -16,6 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import boto3
@@ -25,10 +30,60 @@ from coreburst.common.telemetry import PUBLISHER_HEARTBEATS
 AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
-def free_port() -> int:
+# Ports for the sandbox's servers come from below Linux's default ephemeral range
+# (/proc/sys/net/ipv4/ip_local_port_range: 32768-60999), so no outgoing connection holds one,
+# and are recorded with the owning process in one file under a lock, so labs and servers
+# started at the same time by parallel test workers never pick the same port between
+# choosing it and binding it.
+_PORTS_LOW, _PORTS_HIGH = 20000, 32000
+_PORTS_FILE = Path(tempfile.gettempdir()) / "coreburst-sandbox-ports.json"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _bindable(port: int) -> bool:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` consecutive TCP ports on 127.0.0.1, free now and reserved for this process
+    (until it exits) against every other process that asks here."""
+    with open(_PORTS_FILE.with_suffix(".lock"), "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            taken: dict[str, int] = json.loads(_PORTS_FILE.read_text())
+        except (OSError, ValueError):
+            taken = {}
+        taken = {p: pid for p, pid in taken.items() if _alive(pid)}
+        rng = random.Random(os.getpid() ^ time.monotonic_ns())
+        for _ in range(500):
+            base = rng.randrange(_PORTS_LOW, _PORTS_HIGH - count)
+            ports = list(range(base, base + count))
+            if any(str(p) in taken for p in ports) or not all(_bindable(p) for p in ports):
+                continue
+            taken.update({str(p): os.getpid() for p in ports})
+            tmp = _PORTS_FILE.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(taken))
+            tmp.replace(_PORTS_FILE)
+            return ports
+    raise RuntimeError(f"no {count} free ports between {_PORTS_LOW} and {_PORTS_HIGH}")
+
+
+def free_port() -> int:
+    return free_ports(1)[0]
 
 
 def fake_session() -> boto3.session.Session:

@@ -19,7 +19,6 @@ import contextlib
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -27,6 +26,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
+
+from coreburst.sandbox.emulator import free_port
 
 BINARIES = ("prometheus", "promtool")
 DEBIAN_PACKAGE = "prometheus"
@@ -91,12 +92,6 @@ def openmetrics_history(
     return "\n".join(lines) + "\n"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PrometheusServer:
     """Backfill ``history`` (OpenMetrics text) under ``work`` and serve it on 127.0.0.1."""
 
@@ -104,7 +99,7 @@ class PrometheusServer:
         self.work = work
         self.history = history
         self.ready_timeout_s = ready_timeout_s
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen[bytes] | None = None
 

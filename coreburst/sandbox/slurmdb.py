@@ -32,7 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from coreburst.sandbox.slurmlab import free_ports, wait_until
+from coreburst.sandbox.emulator import free_ports
+from coreburst.sandbox.slurmlab import wait_until
 
 BINARIES = ("mariadb-install-db", "mariadbd", "slurmdbd", "sacct", "sacctmgr")
 DEBIAN_PACKAGES = "mariadb-server slurmdbd"

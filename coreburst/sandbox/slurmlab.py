@@ -25,7 +25,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -42,7 +41,7 @@ from urllib.parse import parse_qs, urlencode
 
 import psutil  # type: ignore[import-untyped]
 
-from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session
+from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session, free_ports
 
 # The repository (sandbox/ is installed editable from it): the power programs run its
 # coreburst.burst.cli.
@@ -74,24 +73,6 @@ def wait_until(what: str, check: Callable[[], bool], timeout_s: float, every: fl
             pass
         time.sleep(every)
     raise TimeoutError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
-def free_ports(count: int) -> list[int]:
-    """``count`` consecutive free TCP ports on 127.0.0.1."""
-    for base in range(21000, 60000, 97):
-        socks = []
-        try:
-            for p in range(base, base + count):
-                s = socket.socket()
-                s.bind(("127.0.0.1", p))
-                socks.append(s)
-            return list(range(base, base + count))
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port range")
 
 
 BASE_CONF = """\
@@ -357,26 +338,36 @@ class SlurmLab:
         self._stop_pidfile(self.lab / "run" / f"slurmd-{node}.pid")
 
     def _stop_pidfile(self, pidfile: Path) -> None:
-        try:
-            pid = int(pidfile.read_text().strip())
-        except (OSError, ValueError):
-            return
-        try:
-            os.kill(pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pidfile.unlink(missing_ok=True)
-            return
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
+        self._stop_pidfiles([pidfile])
+
+    @staticmethod
+    def _stop_pidfiles(pidfiles: list[Path]) -> None:
+        """SIGTERM to every daemon at once, then wait for all of them together (5 s, then
+        SIGKILL): one slurmd takes about a second to exit, and the lab has up to six."""
+        alive: dict[int, Path] = {}
+        for pidfile in pidfiles:
             try:
-                os.kill(pid, 0)
+                pid = int(pidfile.read_text().strip())
+            except (OSError, ValueError):
+                continue
+            try:
+                os.kill(pid, signal.SIGTERM)
+                alive[pid] = pidfile
             except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
+                pidfile.unlink(missing_ok=True)
+        deadline = time.monotonic() + 5
+        while alive and time.monotonic() < deadline:
+            for pid in list(alive):
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    alive.pop(pid).unlink(missing_ok=True)
+            if alive:
+                time.sleep(0.05)
+        for pid, pidfile in alive.items():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-        pidfile.unlink(missing_ok=True)
+            pidfile.unlink(missing_ok=True)
 
     def job_steps(self) -> list[psutil.Process]:
         """The lab's job steps still alive: each ``slurmstepd`` started by one of its slurmds
@@ -401,12 +392,17 @@ class SlurmLab:
     def stop(self) -> None:
         """Stop every daemon this lab started and the job steps still running under them
         (bounded: 5 s each, then SIGKILL)."""
-        for pidfile in sorted((self.lab / "run").glob("slurmd-*.pid")):
-            self._stop_pidfile(pidfile)
-        self._stop_pidfile(self.lab / "run" / "slurmctld.pid")
-        if self.accounting is not None:
+        daemons = [
+            *sorted((self.lab / "run").glob("slurmd-*.pid")),
+            self.lab / "run" / "slurmctld.pid",
+        ]
+        munged = self.lab / "munge" / "munged.pid"
+        if self.accounting is None:  # nothing left to authenticate: all at once (about 2 s)
+            self._stop_pidfiles([*daemons, munged])
+        else:  # slurmctld reports its end to slurmdbd, both through munged
+            self._stop_pidfiles(daemons)
             self.accounting.stop_dbd()
-        self._stop_pidfile(self.lab / "munge" / "munged.pid")
+            self._stop_pidfile(munged)
         # slurmstepd ignores SIGTERM; with its daemons gone nothing is left to end it cleanly.
         steps = self.job_steps()
         for p in steps:

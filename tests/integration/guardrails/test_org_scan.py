@@ -4,7 +4,6 @@ account's role denied: the other two are scanned, the denied one is reported."""
 from __future__ import annotations
 
 import contextlib
-import socket
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,6 +13,7 @@ from botocore.exceptions import ClientError
 from moto.server import ThreadedMotoServer
 
 from coreburst.common.catalog import load_catalog
+from coreburst.sandbox.emulator import free_port
 from guardrails.adapters.aws import inventory
 from guardrails.org import AccountTarget, assume_role_session, discover_accounts, scan
 
@@ -22,9 +22,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def endpoint() -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     yield f"http://127.0.0.1:{port}"
