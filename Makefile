@@ -45,17 +45,22 @@ lint: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-## The whole test suite: lint, types, unit and integration tests.
+## The whole test suite: lint, types, unit and integration tests, with each file's durations.
 ## pytest-xdist workers, each taking a whole test file at a time (--dist loadfile: a file's
 ## module-scoped Slurm lab or moto server starts once, on one worker). The Slurm-lab and Ansible
-## files mostly wait on timers and subprocesses, the unit files mostly compute: four workers
-## overlap the waits with the computing on two cores (two left the labs' waits end to end).
-## TEST_WORKERS=4 does that; the default is one process, because with four workers on two
-## cores the Slurm labs' start-up waits and the wall-clock budget tests failed (20 of 1,730 in
-## the fresh-clone run): parallel runs need those waits made load-proof first (issue 24).
-TEST_WORKERS ?= 0
+## files mostly wait on timers and subprocesses, the unit files mostly compute: several workers
+## overlap the waits with the computing on two cores. Tests that assert elapsed wall-clock time
+## (marker `timing`, listed in tests/conftest.py) then run alone, in one process, so that their
+## clocks measure the code and not the other workers. TEST_WORKERS=0: everything in one process.
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
 test: system-deps lint
-	$(BIN)/pytest -q $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+ifeq ($(TEST_WORKERS),0)
+	$(BIN)/pytest -q
+else
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not timing"
+	$(BIN)/pytest -q -m timing --durations=5
+endif
 
 unit: setup
 	$(BIN)/pytest -q tests/unit
