@@ -49,6 +49,9 @@ REPO = Path(__file__).resolve().parents[2]
 BINARIES = ("munged", "munge", "slurmctld", "slurmd", "scontrol", "sinfo", "squeue", "sbatch")
 DEBIAN_PACKAGES = "slurmctld slurmd slurm-client munge"
 CORE_NODES = ("core1", "core2")
+# How long the lab waits for each daemon it starts: a few seconds on an idle machine, but test
+# workers running side by side on two cores can hold slurmctld's start-up far longer.
+START_WAIT_S = 90
 
 
 def missing_prerequisite() -> str | None:
@@ -305,7 +308,7 @@ class SlurmLab:
         wait_until(
             "munged",
             lambda: self.run("munge", "-S", str(sock), "-n", check=False).returncode == 0,
-            10,
+            START_WAIT_S,
         )
         if self.accounting is not None:  # slurmdbd needs munged; slurmctld registers with it
             self.accounting.start_dbd(self)
@@ -314,7 +317,7 @@ class SlurmLab:
         wait_until(
             "slurmctld",
             lambda: self.run("scontrol", "ping", check=False, timeout=5).returncode == 0,
-            30,
+            START_WAIT_S,
         )
         for n in CORE_NODES:
             self.start_slurmd(n)
@@ -324,7 +327,7 @@ class SlurmLab:
                 self.run("sinfo", "-h", "-n", "core[1-2]", "-t", "idle", "-o", "%D").stdout.strip()
                 == "2"
             ),
-            30,
+            START_WAIT_S,
         )
         return self
 
