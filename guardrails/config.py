@@ -400,7 +400,10 @@ class BurstReconcileConfig(_Strict):
     stack_tag_key: str = "coreburst-stack"
     node_tag_key: str = "coreburst-slurm-node"
     # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
-    orphan_timeout: Annotated[timedelta, Between("30s", "1d")] = timedelta(minutes=15)
+    # At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh
+    # instance (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming
+    # must never look like an orphan.
+    orphan_timeout: Annotated[timedelta, Between("11m", "1d")] = timedelta(minutes=15)
     # Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
     # Auto Scaling group members (tag aws:autoscaling:groupName) are never counted.
     untagged_orphans: bool = True

@@ -337,3 +337,16 @@ def test_the_power_programs_client_retries_adaptively(
     assert cfg.retries["mode"] == "adaptive"
     assert cfg.retries["total_max_attempts"] == ec2io.MAX_ATTEMPTS
     assert cfg.max_pool_connections >= ec2io.TAG_WORKERS
+
+
+def test_the_reconciler_never_takes_an_instance_still_being_named_for_an_orphan() -> None:
+    """burst-reconcile's shortest ``orphan_timeout`` outlasts the longest the resume program
+    may spend tagging a fresh instance with its node (an instance launched but not yet named
+    must not be terminated as an orphan)."""
+    from guardrails.config import BurstReconcileConfig
+
+    (bounds,) = [
+        m for m in BurstReconcileConfig.model_fields["orphan_timeout"].metadata if hasattr(m, "min")
+    ]
+    assert bounds.min.total_seconds() > ec2io.TAG_DEADLINE_MAX_S
+    assert ec2io.deadline("tags", 100_000, 100_000) == ec2io.TAG_DEADLINE_MAX_S
