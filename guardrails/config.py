@@ -452,8 +452,9 @@ class SpotInterruptionConfig(_Strict):
     node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
 
     enabled: bool = False
-    # The SQS queue the stack's EventBridge rules deliver both events to (the Guardrails
-    # component's spot_queue_url, queue guardrails-spot-events); unset = nothing to read.
+    # The SQS queue the stack's EventBridge rules deliver both events to (queue
+    # guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing
+    # to read.
     queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
     max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
     # Report only (audit and Slack), even when the daemon acts (dry_run: false).

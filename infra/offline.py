@@ -75,6 +75,10 @@ class _Mocks(pulumi.runtime.Mocks):
         if args.typ == "aws:s3/bucket:Bucket":
             state["bucket"] = args.name
             state["arn"] = f"arn:aws:s3:::{args.name}"
+        if args.typ == "aws:sqs/queue:Queue":
+            # The queue URL's documented form (Amazon SQS Developer Guide, "Amazon SQS queue
+            # and message identifiers": https://sqs.<region>.amazonaws.com/<account>/<name>).
+            state["url"] = f"https://sqs.{self.region}.amazonaws.com/{FAKE_ACCOUNT}/{args.name}"
         if args.typ == "aws:fsx/lustreFileSystem:LustreFileSystem":
             state["dnsName"] = f"fs-{args.name}.fsx.{self.region}.amazonaws.com"
             state["mountName"] = "abcdefgh"

@@ -155,6 +155,11 @@ def build(
     if guard:
         outputs["guardrailsFunction"] = guard.function.name
         outputs["guardrailsWebhookSecretArn"] = guard.secret.arn
+        # What an on-prem guardrails daemon reads (its config's budget_relay.queue_url and
+        # spot_interruption.queue_url): `pulumi stack output guardrailsSpotQueueUrl`.
+        outputs["guardrailsBudgetQueueUrl"] = guard.queue.url
+        if guard.spot_queue is not None:
+            outputs["guardrailsSpotQueueUrl"] = guard.spot_queue.url
     if join:
         outputs["slurmMungeKeySecretArn"] = join.munge_key_secret_arn
         outputs["slurmConfParameterArn"] = join.slurm_conf_parameter_arn

@@ -130,6 +130,11 @@ def test_prod_stack_deploys_guardrails_with_registry_permissions(prod_config: An
     assert declared <= granted
     _writes_are_tag_scoped(policy, "coreburst-stack")
     assert ev.outputs["guardrailsFunction"] == "guardrails-daemon"
+    # An on-prem daemon's spot_interruption.queue_url and budget_relay.queue_url come from
+    # the stack's outputs: the queues the EventBridge rules and the budget topic deliver to.
+    sqs = "https://sqs.us-east-2.amazonaws.com/123456789012/"
+    assert ev.outputs["guardrailsSpotQueueUrl"] == sqs + "guardrails-spot-events"
+    assert ev.outputs["guardrailsBudgetQueueUrl"] == sqs + "guardrails-budget-events"
 
 
 def test_unknown_guardrail_rule_is_rejected(prod_config: Any) -> None:
