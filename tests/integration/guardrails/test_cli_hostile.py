@@ -1,6 +1,8 @@
-"""The CLI as a user (or systemd) runs it, in subprocesses, against bad input and a hostile
-host: unusable state and audit paths, a busy metrics port, bad log levels and test hooks,
-config modes, and a Slack webhook URL that must not leak through any surface.
+"""The CLI as a user (or systemd) runs it, in processes of its own, against bad input and a
+hostile host: unusable state and audit paths, a busy metrics port, bad log levels and test
+hooks, config modes, and a Slack webhook URL that must not leak through any surface. Each
+run is a process forked by a warm server (tests/cli_runner.py): its own pid, exit status and
+fds 0/1/2, without a second of imports per case.
 
 User errors are one line on stderr starting ``error:``, exit 2 (the shipped unit's
 RestartPreventExitStatus, so no restart loop), and no traceback."""
@@ -23,6 +25,7 @@ import pytest
 
 from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, free_port
 from guardrails.stores.sqlite import State
+from tests import cli_runner
 
 from .conftest import config_text
 from .test_cli_process import env
@@ -39,7 +42,7 @@ UNIT = Path(__file__).parents[3] / "guardrails" / "deploy" / "coreburst-guardrai
 def cli(
     *args: str, e: dict[str, str] | None = None, prefix: tuple[str, ...] = (), timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
+    return cli_runner.run(
         [*prefix, sys.executable, "-m", "coreburst.sandbox.guardrails", *args],
         env=e if e is not None else env(datetime.now().astimezone(), None),
         capture_output=True,

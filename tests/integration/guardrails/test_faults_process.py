@@ -1,6 +1,6 @@
-"""`coreburst guardrails run` as separate processes against moto server and the loopback Slack
-receiver: two daemons on one host and state file, SIGTERM between cycles, and the state file
-deleted under a running daemon."""
+"""`coreburst guardrails run` as separate processes (forked by tests/cli_runner.py) against
+moto server and the loopback Slack receiver: two daemons on one host and state file, SIGTERM
+between cycles, and the state file deleted under a running daemon."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ from coreburst.sandbox.emulator import (
     launch,
     publish,
 )
+from tests import cli_runner
 
 from .conftest import METRICS, config_text
 from .test_cli_process import env
@@ -38,7 +39,7 @@ class Daemon:
     stderr (JSON log lines) read as it comes."""
 
     def __init__(self, cfg: Path, e: dict[str, str], *args: str) -> None:
-        self.proc = subprocess.Popen(
+        self.proc = cli_runner.popen(
             [
                 sys.executable,
                 "-m",

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -14,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from coreburst.burst.cli import app
+from tests import cli_runner
 from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
 
 REPO = Path(__file__).resolve().parents[3]
@@ -89,7 +89,7 @@ def _program(lab: Path, argv: list[bytes], env: dict[bytes, bytes] | None = None
     full: dict[bytes, bytes] = {os.fsencode(k): os.fsencode(v) for k, v in base.items()}
     full.update(env or {})
     stack = [b"--stack", b"t", b"--stack-dir", os.fsencode(lab)]
-    proc = subprocess.run(
+    proc = cli_runner.run(  # a process of its own, forked by a server started in a C locale
         [os.fsencode(sys.executable), b"-m", b"coreburst.burst.cli", *argv, *stack],
         cwd=REPO,
         env=full,
