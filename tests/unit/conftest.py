@@ -9,17 +9,24 @@ from __future__ import annotations
 
 import copy
 import functools
+import json
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
+import botocore.loaders
+import botocore.session
+import pulumi.runtime.mocks
+import pulumi.runtime.resource
+import pulumi.runtime.settings
 import pytest
 from moto import mock_aws
 from moto.cloudwatch import models as moto_cloudwatch_models
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb import models as moto_dynamodb_models
+from moto.utilities.utils import load_resource
 
 from guardrails.stores.base import StateStore
 from guardrails.stores.dynamodb import DynamoState, create_table
@@ -41,49 +48,169 @@ def atomic_moto_requests(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
 
 
-class _OneSnapshotPerTable:
+def _named_keys(table: Any, transact_items: list[dict[str, Any]]) -> set[tuple[Any, Any]] | None:
+    """The (hash, range) keys of ``table``'s items that the transaction names, as moto keys
+    them; None when one is not in the plain form read here (then moto copies as it does)."""
+    keys = set()
+    for entry in transact_items:
+        op_type, op = next(iter(entry.items()))
+        if op.get("TableName") != table.name:
+            continue
+        key = op.get("Item") if op_type == "Put" else op.get("Key")
+        if not isinstance(key, dict) or table.hash_key_attr not in key:
+            return None
+        range_key = None
+        if table.range_key_attr is not None:
+            if table.range_key_attr not in key:
+                return None
+            range_key = moto_dynamodb_models.DynamoType(key[table.range_key_attr])
+        keys.add((moto_dynamodb_models.DynamoType(key[table.hash_key_attr]), range_key))
+    return keys
+
+
+class _SnapshotOfNamedItems:
     """Stands in for ``copy`` inside ``moto.dynamodb.models`` while one TransactWriteItems
     runs. moto takes its rollback snapshot with ``copy.deepcopy(table)`` once per *item* of the
-    transaction, all before the first write, keeping the last copy per table; the copies are
-    therefore identical, and this hands back the first one instead of copying the whole table
-    again (a 4-item outbox insert copied its table 4 times: 400 inserts took 77 s). What moto
-    stores, answers and rolls back is unchanged."""
+    transaction, all before the first write, keeping the last copy per table, so every outbox
+    insert copied its whole table several times (400 inserts took 77 s; 30 s with one copy).
+    Here the first copy deep-copies the table's settings and only the items the transaction
+    names, each in a new map (the table's, and a hash key's map of range keys); every other
+    item and map is the table's own object. Later copies are that one. It is the same
+    snapshot: a transaction writes only the items it names (Put replaces a map entry, Delete
+    removes one, Update changes the named item in place or puts a new one), so until moto drops
+    the snapshot (commit) or puts it back (rollback) what is shared stays as it was. A table
+    with a stream (whose records hold items) or a key not in plain form is copied whole, as
+    moto does. What moto stores, answers and rolls back is unchanged
+    (``test_moto_snapshot_shims.py`` compares both)."""
 
     def __init__(self) -> None:
         self.local = threading.local()
+
+    def begin(self, transact_items: list[dict[str, Any]]) -> None:
+        self.local.made = {}
+        self.local.transact_items = transact_items
+
+    def end(self) -> None:
+        self.local.made = None
+        self.local.transact_items = None
 
     def deepcopy(self, x: Any, memo: Any = None) -> Any:
         made: dict[int, tuple[Any, Any]] | None = getattr(self.local, "made", None)
         if made is None or not isinstance(x, moto_dynamodb_models.Table):
             return copy.deepcopy(x, memo)
         if id(x) not in made:  # the original is kept with its copy, so its id is not reused
-            made[id(x)] = (x, copy.deepcopy(x, memo))
+            made[id(x)] = (x, self.snapshot(x, self.local.transact_items))
         return made[id(x)][1]
+
+    @staticmethod
+    def snapshot(table: Any, transact_items: list[dict[str, Any]]) -> Any:
+        try:
+            named = _named_keys(table, transact_items)
+        except Exception:  # a malformed key: moto reports it, from its own copy
+            named = None
+        if named is None or table.stream_shard is not None:  # a stream's records: as moto
+            return copy.deepcopy(table)
+        items = copy.copy(table.items)  # a defaultdict(dict) like moto's, a new map
+        memo: dict[int, Any] = {id(table.items): items}
+        for hash_key, range_key in named:
+            if hash_key not in table.items:
+                continue
+            if table.range_key_attr is None:
+                items[hash_key] = copy.deepcopy(table.items[hash_key], memo)
+                continue
+            bucket = table.items[hash_key]
+            if id(bucket) not in memo:  # this bucket may change: a new one
+                memo[id(bucket)] = items[hash_key] = dict(bucket)
+            if range_key in bucket:
+                items[hash_key][range_key] = copy.deepcopy(bucket[range_key], memo)
+        return copy.deepcopy(table, memo)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(copy, name)
 
 
 @pytest.fixture(autouse=True, scope="session")
-def _moto_transaction_snapshot_once() -> Iterator[None]:
-    """moto's in-process DynamoDB: one rollback snapshot per table per transaction (see
-    :class:`_OneSnapshotPerTable`)."""
+def _moto_builtin_images_only(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """moto's in-process EC2: each region's backend holds moto's 44 built-in images (the
+    ``ami-12c6146b`` the tests launch from is one), not also the ~1,250 region-specific ones
+    (its "latest" and ECS-optimized lists) that no unit test names. moto builds a backend on a
+    region's first request and again at every ``mock_aws`` reset, and each image costs an EBS
+    volume and snapshot with random ids: 0.6-0.8 s of CPU per backend, most of a small EC2
+    test. This is moto's own switch (``MOTO_AMIS_PATH``: images from this file, and none of
+    the region lists) given moto's own built-in list, so every built-in image and every
+    instance launched from one are as before (``test_moto_images_shim.py`` compares both).
+    Inherited by a moto server a unit test starts as a child process."""
+    path = tmp_path_factory.mktemp("moto") / "amis.json"
+    path.write_text(json.dumps(load_resource("ec2/resources/amis.json")))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MOTO_AMIS_PATH", str(path))
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _one_botocore_loader() -> Iterator[dict[Any, botocore.loaders.Loader]]:
+    """Every botocore session in the test process shares one data loader per data path, as
+    every client of one session already does. A new session otherwise parses each service
+    model's JSON again (0.1-0.25 s per client; tests build a session per daemon, production
+    one per process, and the burst agent already reuses its warm loader). The loader only
+    reads and caches botocore's data files; events, credentials and config stay per
+    session."""
+    loaders: dict[Any, botocore.loaders.Loader] = {}
+
+    def register_data_loader(self: Any) -> None:
+        def shared() -> botocore.loaders.Loader:
+            path = self.get_config_variable("data_path")
+            if path not in loaders:
+                loaders[path] = botocore.loaders.create_loader(path)
+            return loaders[path]
+
+        self._components.lazy_register_component("data_loader", shared)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(botocore.session.Session, "_register_data_loader", register_data_loader)
+        yield loaders
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _no_stack_traces_for_pulumi_mocks() -> Iterator[None]:
+    """Under ``pulumi.runtime.set_mocks`` the SDK still walks the whole Python stack (under
+    pytest, about 80 frames, each made a ``file://`` URI) for every resource it registers or
+    reads, and hands the trace to the mock monitor, which never reads it (``MockMonitor`` uses
+    the type, name, inputs and options). That was a third of the CPU of the Pulumi-program
+    tests (``test_pricing_agreement.py``: 15 of 64 s). With the mock monitor the trace is
+    empty; with any other monitor the SDK builds it as it does."""
+    unpatched = pulumi.runtime.resource._get_stack_trace
+
+    def stack_trace() -> Any:
+        if isinstance(pulumi.runtime.settings.get_monitor(), pulumi.runtime.mocks.MockMonitor):
+            return pulumi.runtime.resource.source_pb2.StackTrace()
+        return unpatched()
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(pulumi.runtime.resource, "_get_stack_trace", stack_trace)
+        yield
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _moto_transaction_snapshot_once() -> Iterator[_SnapshotOfNamedItems]:
+    """moto's in-process DynamoDB: one rollback snapshot per table per transaction, copying
+    only the items the transaction names (see :class:`_SnapshotOfNamedItems`)."""
     backend = moto_dynamodb_models.DynamoDBBackend
-    shim = _OneSnapshotPerTable()
+    shim = _SnapshotOfNamedItems()
     unpatched = backend.transact_write_items
 
     @functools.wraps(unpatched)
     def transact_write_items(self: Any, transact_items: Any) -> None:
-        shim.local.made = {}
+        shim.begin(transact_items)
         try:
             return unpatched(self, transact_items)
         finally:
-            shim.local.made = None
+            shim.end()
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(moto_dynamodb_models, "copy", shim)
         mp.setattr(backend, "transact_write_items", transact_write_items)
-        yield
+        yield shim
 
 
 def _dims_key(dims: Any) -> tuple[tuple[Any, Any], ...] | None:
