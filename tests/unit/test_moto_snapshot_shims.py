@@ -107,8 +107,10 @@ def test_the_transaction_snapshot_shim_answers_what_moto_answers(
 
 
 def _image(img: dict[str, Any]) -> dict[str, Any]:
-    """An image as DescribeImages shows it, less the ids moto draws at random."""
+    """An image as DescribeImages shows it, less what moto draws at random (snapshot ids) or
+    takes from the clock (a built-in image without a date is dated when its backend is built)."""
     out = dict(img)
+    out.pop("CreationDate", None)
     for bdm in out.get("BlockDeviceMappings", []):
         bdm.get("Ebs", {}).pop("SnapshotId", None)
     return out
