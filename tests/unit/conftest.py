@@ -26,6 +26,8 @@ from moto import mock_aws
 from moto.cloudwatch import models as moto_cloudwatch_models
 from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb import models as moto_dynamodb_models
+from moto.ec2 import utils as moto_ec2_utils
+from moto.ec2.models import core as moto_ec2_core
 from moto.utilities.utils import load_resource
 
 from guardrails.stores.base import StateStore
@@ -189,6 +191,35 @@ def _no_stack_traces_for_pulumi_mocks() -> Iterator[None]:
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(pulumi.runtime.resource, "_get_stack_trace", stack_trace)
         yield
+
+
+def _tags_of_one_resource(resource: Any) -> list[dict[str, str]]:
+    """moto's ``TaggedEC2Resource.get_tags`` asks ``describe_tags`` for the resource's id, which
+    matches every tag of every resource against that id (an fnmatch pattern anchored at both
+    ends): each instance described costs a pass over all tags, O(n^2) for n instances (600
+    launched instances: 7 s). An id without wildcard characters matches itself only, so its
+    tags are the backend's entry for that id, in the same order and the same rows; an id with
+    one goes to moto as it is (``test_moto_snapshot_shims.py`` compares both)."""
+    rid = resource.id
+    if not rid or any(c in rid for c in "*?[]\\"):
+        return _unpatched_get_tags(resource)
+    rtype = moto_ec2_utils.EC2_PREFIX_TO_RESOURCE.get(moto_ec2_utils.get_prefix(rid), "")
+    return [
+        {"resource_id": rid, "key": key, "value": value, "resource_type": rtype}
+        for key, value in resource.ec2_backend.tags.get(rid, {}).items()
+    ]
+
+
+_unpatched_get_tags = moto_ec2_core.TaggedEC2Resource.get_tags
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _moto_tags_by_resource_id() -> Iterator[Callable[[Any], list[dict[str, str]]]]:
+    """moto's in-process EC2: a resource's own tags read by its id (see
+    :func:`_tags_of_one_resource`); yields moto's own ``get_tags``."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(moto_ec2_core.TaggedEC2Resource, "get_tags", _tags_of_one_resource)
+        yield _unpatched_get_tags
 
 
 @pytest.fixture(autouse=True, scope="session")

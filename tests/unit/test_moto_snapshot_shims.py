@@ -1,7 +1,8 @@
 """The suite's speed-ups of moto in process (tests/unit/conftest.py) leave moto's answers as
 they were: DynamoDB transactions with ``_SnapshotOfNamedItems`` store, answer and roll back
 what moto's own whole-table snapshot does; EC2 with ``_moto_builtin_images_only`` has every
-built-in image and launches from it as before; every botocore session shares one loader."""
+built-in image and launches from it as before; EC2 reads a resource's tags by its id as
+moto's ``describe_tags`` finds them; every botocore session shares one loader."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 from moto.dynamodb import models as moto_dynamodb_models
+from moto.ec2.models import core as moto_ec2_core
+from moto.ec2.models import ec2_backends
 from moto.utilities.utils import load_resource
 
 AMI = "ami-12c6146b"  # one of moto's built-in images, the one the unit tests launch from
@@ -162,3 +165,48 @@ def test_botocore_sessions_share_one_loader() -> None:
         a.client("sqs", region_name="us-east-1").meta.service_model.operation_names
         == b.client("sqs", region_name="us-east-1").meta.service_model.operation_names
     )
+
+
+def test_the_tags_shim_answers_what_moto_answers(
+    _moto_tags_by_resource_id: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with mock_aws():
+        ec2: Any = boto3.client("ec2", region_name="us-east-1")
+        ids = [
+            i["InstanceId"]
+            for i in ec2.run_instances(
+                ImageId=AMI, InstanceType="p5.48xlarge", MinCount=6, MaxCount=6
+            )["Instances"]
+        ]
+        vol = ec2.create_volume(AvailabilityZone="us-east-1a", Size=8)["VolumeId"]
+        ec2.create_launch_template(
+            LaunchTemplateName="lt",
+            LaunchTemplateData={"ImageId": AMI},
+            TagSpecifications=[
+                {"ResourceType": "launch-template", "Tags": [{"Key": "k", "Value": "lt"}]}
+            ],
+        )
+        for n, iid in enumerate(ids[:4]):
+            tags = [{"Key": f"k{j}", "Value": f"{iid}-{j}"} for j in range(n + 1)]
+            ec2.create_tags(Resources=[iid, vol] if n == 2 else [iid], Tags=tags)
+        ec2.delete_tags(Resources=[ids[3]], Tags=[{"Key": "k1"}])
+        ec2.delete_tags(Resources=[ids[0]], Tags=[{"Key": "k0"}])  # an empty tag map is left
+
+        def view() -> Any:
+            backend = ec2_backends["123456789012"]["us-east-1"]
+            resources: list[Any] = [*backend.all_instances(), *backend.volumes.values()]
+            resources += list(backend.launch_templates.values())
+            return (
+                [(r.id, r.get_tags()) for r in resources],
+                ec2.describe_instances(Filters=[{"Name": "tag:k0", "Values": ["*"]}]),
+                ec2.describe_volumes()["Volumes"],
+                ec2.describe_launch_templates()["LaunchTemplates"],
+            )
+
+        shimmed = view()
+        assert any(tags for _, tags in shimmed[0]) and any(not t for _, t in shimmed[0])
+        monkeypatch.setattr(moto_ec2_core.TaggedEC2Resource, "get_tags", _moto_tags_by_resource_id)
+        ours = view()
+        for answer in (shimmed, ours):
+            answer[1].pop("ResponseMetadata")
+        assert ours == shimmed
