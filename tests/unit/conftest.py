@@ -83,7 +83,7 @@ class _SnapshotOfNamedItems:
     the snapshot (commit) or puts it back (rollback) what is shared stays as it was. A table
     with a stream (whose records hold items) or a key not in plain form is copied whole, as
     moto does. What moto stores, answers and rolls back is unchanged
-    (``test_moto_snapshot_shims.py`` compares both)."""
+    (``test_unit_shims.py`` compares both)."""
 
     def __init__(self) -> None:
         self.local = threading.local()
@@ -140,7 +140,7 @@ def _moto_builtin_images_only(tmp_path_factory: pytest.TempPathFactory) -> Itera
     volume and snapshot with random ids: 0.6-0.8 s of CPU per backend, most of a small EC2
     test. This is moto's own switch (``MOTO_AMIS_PATH``: images from this file, and none of
     the region lists) given moto's own built-in list, so every built-in image and every
-    instance launched from one are as before (``test_moto_images_shim.py`` compares both).
+    instance launched from one are as before (``test_unit_shims.py`` compares both).
     Inherited by a moto server a unit test starts as a child process."""
     path = tmp_path_factory.mktemp("moto") / "amis.json"
     path.write_text(json.dumps(load_resource("ec2/resources/amis.json")))
@@ -183,6 +183,7 @@ def _no_stack_traces_for_pulumi_mocks() -> Iterator[None]:
     empty; with any other monitor the SDK builds it as it does."""
     unpatched = pulumi.runtime.resource._get_stack_trace
 
+    @functools.wraps(unpatched)
     def stack_trace() -> Any:
         if isinstance(pulumi.runtime.settings.get_monitor(), pulumi.runtime.mocks.MockMonitor):
             return pulumi.runtime.resource.source_pb2.StackTrace()
@@ -199,7 +200,7 @@ def _tags_of_one_resource(resource: Any) -> list[dict[str, str]]:
     ends): each instance described costs a pass over all tags, O(n^2) for n instances (600
     launched instances: 7 s). An id without wildcard characters matches itself only, so its
     tags are the backend's entry for that id, in the same order and the same rows; an id with
-    one goes to moto as it is (``test_moto_snapshot_shims.py`` compares both)."""
+    one goes to moto as it is (``test_unit_shims.py`` compares both)."""
     rid = resource.id
     if not rid or any(c in rid for c in "*?[]\\"):
         return _unpatched_get_tags(resource)

@@ -1,8 +1,9 @@
-"""The suite's speed-ups of moto in process (tests/unit/conftest.py) leave moto's answers as
-they were: DynamoDB transactions with ``_SnapshotOfNamedItems`` store, answer and roll back
+"""The suite's speed-ups (tests/unit/conftest.py) leave what they stand in for answering as
+it did: DynamoDB transactions with ``_SnapshotOfNamedItems`` store, answer and roll back
 what moto's own whole-table snapshot does; EC2 with ``_moto_builtin_images_only`` has every
 built-in image and launches from it as before; EC2 reads a resource's tags by its id as
-moto's ``describe_tags`` finds them; every botocore session shares one loader."""
+moto's ``describe_tags`` finds them; every botocore session shares one loader; the Pulumi mock
+monitor gets the same resources without the SDK's stack traces."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ import random
 from typing import Any
 
 import boto3
+import pulumi
+import pulumi.runtime.resource
 import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
@@ -210,3 +213,46 @@ def test_the_tags_shim_answers_what_moto_answers(
         for answer in (shimmed, ours):
             answer[1].pop("ResponseMetadata")
         assert ours == shimmed
+
+
+class _Recorded(pulumi.runtime.Mocks):
+    def __init__(self) -> None:
+        self.seen: list[Any] = []
+
+    def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
+        self.seen.append((args.typ, args.name, args.inputs, args.provider, args.resource_id))
+        return f"{args.name}-id", dict(args.inputs)
+
+    def call(self, args: pulumi.runtime.MockCallArgs) -> tuple[dict[Any, Any], None]:
+        return {}, None
+
+
+def _program(mocks: _Recorded) -> list[Any]:
+    pulumi.runtime.set_mocks(mocks, project="shim", stack="s", preview=False)
+
+    class Part(pulumi.ComponentResource):
+        def __init__(self, name: str) -> None:
+            super().__init__("shim:index:Part", name, None)
+            self.leaf = pulumi.CustomResource(
+                "shim:index:Leaf", f"{name}-leaf", {"n": 1, "s": name},
+                pulumi.ResourceOptions(parent=self),
+            )  # fmt: skip
+            self.register_outputs({"id": self.leaf.id})
+
+    @pulumi.runtime.test
+    def run() -> Any:
+        parts = [Part(f"p{i}") for i in range(3)]
+        return pulumi.Output.all(*[p.leaf.id for p in parts]).apply(lambda ids: ids)
+
+    run()
+    return sorted(mocks.seen, key=repr)
+
+
+def test_pulumi_mocks_get_the_same_resources_without_stack_traces(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    shimmed = _program(_Recorded())
+    assert sorted(s[1] for s in shimmed) == ["p0", "p0-leaf", "p1", "p1-leaf", "p2", "p2-leaf"]
+    unpatched = pulumi.runtime.resource._get_stack_trace.__wrapped__  # type: ignore[attr-defined]
+    monkeypatch.setattr(pulumi.runtime.resource, "_get_stack_trace", unpatched)
+    assert _program(_Recorded()) == shimmed
