@@ -17,13 +17,14 @@ import re
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from .conftest import ANSIBLE, BIN, run_role
+from .conftest import ANSIBLE, BIN, MODULE_PYTHON, run_role
 
 pytestmark = pytest.mark.integration
 
@@ -55,8 +56,10 @@ def _stack_file(where: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def rendered(tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Rendered once for the module: the role only reads them (checked at teardown)."""
+    tmp_path = tmp_path_factory.mktemp("burst-render")
     stack_dir = tmp_path / "stacks"
     stack_dir.mkdir()
     _stack_file(stack_dir)
@@ -82,7 +85,9 @@ def rendered(tmp_path: Path) -> Path:
         check=False,
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    return out
+    before = _tree(out)
+    yield out
+    assert _tree(out) == before, "a test changed the shared rendered fragments"
 
 
 @pytest.fixture
@@ -205,7 +210,7 @@ def _run_check(workdir: Path, extravars: dict[str, Any]) -> subprocess.Completed
         json.dumps(
             {
                 "ansible_connection": "local",
-                "ansible_python_interpreter": sys.executable,
+                "ansible_python_interpreter": MODULE_PYTHON,
                 "coreburst_become": False,
                 **extravars,
             }

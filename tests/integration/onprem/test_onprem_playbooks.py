@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,8 @@ from typer.testing import CliRunner
 from coreburst.onprem.cli import app
 from coreburst.onprem.fleet import Fleet, write_inventory
 from coreburst.onprem.runner import run_playbook
+
+from .conftest import MODULE_PYTHON
 
 pytestmark = pytest.mark.integration
 
@@ -79,7 +80,7 @@ def _fake_probes(bindir: Path, probes: dict[str, tuple[str, int, str]]) -> None:
 
 
 def _local(**extra: Any) -> dict[str, Any]:
-    return {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **extra}
+    return {"ansible_connection": "local", "ansible_python_interpreter": MODULE_PYTHON, **extra}
 
 
 def _fleet(nodes: list[dict[str, Any]], **fleet_vars: Any) -> Fleet:
