@@ -24,6 +24,9 @@ TIMING = {
     "tests/unit/tco/test_tco_cli.py::test_demand_at_the_bound_is_sized_quickly",
     "tests/unit/core/test_prometheus_bounds.py::test_a_trickling_answer_is_cut_off_at_the_deadline",
     "tests/unit/burst/test_agent.py::test_silent_agent_falls_back_after_the_timeout",
+    # An emulator hides a fresh instance for 0.6 s and its address for 1.6 s: a loaded machine
+    # reaches the first read after both have passed.
+    "tests/unit/burst/test_ec2io.py::test_without_retries_a_fresh_nodes_address_is_missing",
     "tests/integration/guardrails/test_faults_process.py::"
     "test_sigterm_between_cycles_exits_at_once_and_hands_the_lease_back",
 }

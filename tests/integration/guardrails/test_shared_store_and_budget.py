@@ -315,13 +315,21 @@ def test_sigkilled_invocation_blocks_one_interval_and_its_intent_is_recovered(
     assert [r["instance_id"] for r in store.pending_intents()] == [iid]
     assert stack.instance_state(iid) == "running"
 
+    # When the dead invocation took its lease: its clock started at t_act and ran for as long
+    # as it took to get there (seconds on a loaded machine), so read it from the lease itself.
+    lease = stack.table.get_item(Key={"pk": "lease", "sk": "leader"})["Item"]
+    assert lease["owner"] == "lambda:req-killed"
+    expires = datetime.fromtimestamp(float(lease["expires"]), tz=t_act.tzinfo)
+    taken = expires - timedelta(seconds=60)  # the schedule's interval
+    assert t_act <= taken < t_act + timedelta(seconds=60)
+
     # 30 s later the dead invocation's lease still holds: this one only observes.
-    invoke(t_act + timedelta(seconds=30), "req-3")
+    invoke(taken + timedelta(seconds=30), "req-3")
     assert stack.instance_state(iid) == "running"
     assert [r["instance_id"] for r in store.pending_intents()] == [iid]
 
-    # One interval (60 s) after the killed one began, the lease has run out.
-    out = invoke(t_act + timedelta(seconds=61), "req-4")
+    # One interval (60 s) after the killed one took it, the lease has run out.
+    out = invoke(expires + timedelta(seconds=1), "req-4")
     assert out["errors"] == [], out
     assert stack.instance_state(iid) in ("stopping", "stopped")
     events = [json.loads(x) for x in (tmp_path / "audit.jsonl").read_text().splitlines()]
