@@ -164,7 +164,7 @@ def test_make_setup_and_demo_say_what_they_do() -> None:
     assert re.search(r"(?m)^\t@echo .*moto server", demo)
     # The README's sample of `make demo` quotes these lines as make prints them.
     echoed = {
-        _norm(e.replace("$(VENV)", ".venv").replace("$(PYTHON)", "python3"))
+        _norm(e.replace("$(VENV)", ".venv").replace("$(PYTHON)", "/usr/bin/python3"))
         for e in re.findall(r'(?m)^\t@echo "(.*)"$', makefile)
     }
     make_demo = next(c for c in COMMANDS if c.argv == ["make", "demo"])
