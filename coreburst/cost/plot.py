@@ -85,7 +85,8 @@ def render_cost(doc: Mapping[str, Any], path: Path) -> None:
         f"GPU cost by {doc['by']}, {_when(doc['since'])} to {_when(doc['until'])} UTC: "
         + (f"total {_dollars(total)}" if total is not None else "total unpriced")
     )
-    ax.legend(loc="lower right")
+    # Outside the bars, to the right: inside, it could cover a bar and its dollar label.
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9)
     rate = doc["owned_usd_per_gpu_hour"]
     foot = (
         f"Core: ${float(rate):,.2f} per allocated GPU-hour ({doc['owned_price_source']}). "
