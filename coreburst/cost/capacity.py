@@ -32,10 +32,9 @@ import re
 import subprocess
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from coreburst.cost.accounting import AccountingError, Runner, _decode
+from coreburst.cost.accounting import AccountingError, Runner, _decode, _gpus_from_tres, _when
 
 # sacctmgr(1) "list event" fields, in this order; Reason last: it is free text and may hold
 # the delimiter.
@@ -64,17 +63,14 @@ class Events:
 
 
 def gpus_from_tres(tres: str) -> int | None:
-    """``gres/gpu`` of a TRES string (``cpu=2,mem=1000M,gres/gpu=8``); None if not listed."""
-    typed = 0
-    seen = False
-    for part in filter(None, tres.split(",")):
-        name, _, count = part.partition("=")
-        if name == "gres/gpu" and count.isdigit():
-            return int(count)
-        if name.startswith("gres/gpu:") and count.isdigit():
-            typed += int(count)
-            seen = True
-    return typed if seen else None
+    """``gres/gpu`` of a TRES string (``cpu=2,mem=1000M,gres/gpu=8``), by the same rule as a
+    job's TRES (:func:`coreburst.cost.accounting._gpus_from_tres`); None if not listed."""
+    pairs = [
+        (name, int(count))
+        for name, _, count in (part.partition("=") for part in tres.split(","))
+        if (name == "gres/gpu" or name.startswith("gres/gpu:")) and count.isdigit()
+    ]
+    return _gpus_from_tres(pairs) if pairs else None
 
 
 def gpus_from_gres(gres: str) -> int | None:
@@ -196,10 +192,6 @@ def parse_events(raw: bytes | str, until: int) -> Events:
                 "Cluster nor a Node event"
             )
     return out
-
-
-def _when(epoch: int) -> str:
-    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def events_args(since: int, until: int) -> list[str]:
