@@ -7,7 +7,10 @@ service") is JSON: ``offerCode``, ``publicationDate``, ``products`` keyed by SKU
 products the catalog prices (its instance types on Linux shared tenancy, its FSx for Lustre
 deployment types and throughputs, its Direct Connect port speeds) in one region, and prints a
 reviewable diff, price by price (old -> new, with the offer's publication date as the new
-figure's date and ``aws-price-list`` as its source). ``--write`` writes the catalog, and only
+figure's date and ``aws-price-list`` as its source). A product of those kinds whose attributes
+or price it cannot read is listed as not priced (never priced at $0), figures it never takes
+from an offer (FSx scratch, Direct Connect data out) are listed as not imported, and an offer
+none of whose products reads as expected is refused. ``--write`` writes the catalog, and only
 then: each changed figure's line is replaced in place (comments and layout kept), the result is
 parsed as a catalog before it replaces the file, and a bad offer changes nothing.
 
@@ -26,7 +29,6 @@ import math
 import os
 import re
 import tempfile
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -49,13 +51,39 @@ SERVICES = {
     "AmazonFSx": "FSx for Lustre storage GB-months",
     "AWSDirectConnect": "Direct Connect dedicated port-hours",
 }
-# EC2 products the catalog's on-demand prices are for: Linux, shared tenancy, no pre-installed
-# software, capacity used (not a reservation's unused or allocated capacity).
+# Product attributes matched, with where each name and value was seen in readers of the real
+# offer files (tests/fixtures/aws/offers/README.md cites each): infracost's price filters
+# (whose cloud-pricing-api keeps an offer's ``attributes`` as they are) and terracost's CSV
+# columns.
+#
+# EC2 (productFamily "Compute Instance"): the catalog's on-demand prices are for Linux, shared
+# tenancy, no pre-installed software, capacity used (not a reservation's unused or allocated
+# capacity). A product lacking one of these attributes is not taken for one that has it.
 EC2_MATCH = {
     "operatingSystem": "Linux",
     "tenancy": "Shared",
     "preInstalledSw": "NA",
     "capacitystatus": "Used",
+}
+# FSx for Lustre storage: productFamily "Storage", fileSystemType "Lustre", storageType "SSD",
+# deploymentOption "Persistent" for both persistent generations, which only the throughput tier
+# (throughputCapacity, MB/s/TiB) tells apart: the tiers are disjoint (FSx for Lustre user
+# guide, "Managing throughput capacity": Persistent_1 SSD 50/100/200, Persistent_2 SSD
+# 125/250/500/1000). Backups are "Storage" products of fileSystemType Lustre too (usagetype
+# ...BackupUsage). What the offer calls a scratch deployment was not confirmed: scratch figures
+# are not imported and a Lustre SSD product of another deploymentOption is reported.
+FSX_TIERS = {
+    "PERSISTENT_1": frozenset({50, 100, 200}),
+    "PERSISTENT_2": frozenset({125, 250, 500, 1000}),
+}
+# Direct Connect ports: productFamily "Direct Connect", capacity "1G"/"10G"/"100G"/"400G",
+# connectionType naming dedicated (infracost matches it case-blind); one product per Direct
+# Connect location (the location code is in usagetype), all in the location's region.
+DX_FAMILY = "Direct Connect"
+NOT_CONFIRMED = {
+    "AmazonFSx": (
+        "the Price List value of deploymentOption for scratch file systems was not confirmed"
+    ),
 }
 
 
@@ -88,6 +116,11 @@ class ImportPlan:
     missing: list[str] = field(default_factory=list)
     # offer products of interest the catalog has no figure for (type or region to add by hand)
     not_in_catalog: list[str] = field(default_factory=list)
+    # offer products of the service's kind whose attributes or price this does not read: each
+    # reported, none priced (never at $0)
+    unmatched: list[str] = field(default_factory=list)
+    # catalog figures this importer never takes from this offer, and why
+    not_imported: list[str] = field(default_factory=list)
 
 
 # -- reading the offer ----------------------------------------------------------------------
@@ -160,66 +193,110 @@ def _regions(doc: dict[str, Any]) -> set[str]:
     }
 
 
-def _norm_deployment(value: str) -> str:
-    """``Persistent 2`` / ``PERSISTENT_2`` / ``persistent-2`` -> ``PERSISTENT_2``."""
-    return re.sub(r"[\s-]+", "_", value.strip()).upper()
-
-
-def _throughput(value: Any) -> str:
-    m = re.match(r"\s*(\d+)", str(value or ""))
-    return str(int(m.group(1))) if m else "0"
+def _tier(value: Any) -> int | None:
+    """An FSx throughput tier, ``"125"`` -> 125 (None: absent or not a whole number)."""
+    text = str(value).strip() if value is not None else ""
+    return int(text) if text.isdigit() else None
 
 
 def _dx_speed(value: Any) -> str:
-    """``10G`` / ``10 Gbps`` / ``10Gbps`` -> ``10Gbps`` (the catalog's key)."""
+    """``1G`` / ``400G`` / ``500M`` (the offer's capacity) -> ``1Gbps`` (the catalog's key)."""
     m = re.fullmatch(r"\s*(\d+)\s*(G|M)(?:bps)?\s*", str(value or ""), re.IGNORECASE)
     return f"{m.group(1)}{m.group(2).upper()}bps" if m else ""
 
 
+@dataclass(frozen=True)
+class Found:
+    """One offer product of interest: the catalog figure it prices (None: the catalog has
+    none), a name for people, its SKU; ``problem`` set: its attributes do not read as one."""
+
+    path: tuple[str, ...] | None
+    name: str
+    sku: str
+    problem: str = ""
+
+
+def _ec2(family: Any, a: dict[str, Any], cat: Catalog, region: str, sku: str) -> Found | None:
+    itype = a.get("instanceType")
+    if family != "Compute Instance" or itype not in cat.instances:
+        return None
+    if any(a.get(k) != v for k, v in EC2_MATCH.items()):
+        return None
+    path = ("instances", itype, "on_demand_usd_per_hour", region)
+    has = region in cat.instances[itype].on_demand_usd_per_hour
+    return Found(path if has else None, f"{itype} on-demand in {region}", sku)
+
+
+def _fsx(family: Any, a: dict[str, Any], cat: Catalog, region: str, sku: str) -> Found | None:
+    if family != "Storage" or str(a.get("fileSystemType", "")).lower() != "lustre":
+        return None
+    if "BackupUsage" in str(a.get("usagetype", "")):
+        return None  # backup storage, not the file system's
+    storage, deploy_opt = a.get("storageType"), a.get("deploymentOption")
+    what = f"FSx for Lustre storage (sku {sku})"
+    if storage is None:
+        return Found(None, what, sku, "no storageType")
+    if str(storage).upper() != "SSD":
+        return None  # HDD, Intelligent-Tiering: the catalog prices SSD storage only
+    if str(deploy_opt).lower() != "persistent":
+        why = f"deploymentOption {deploy_opt!r} ({NOT_CONFIRMED['AmazonFSx']})"
+        return Found(None, what, sku, why)
+    tier = _tier(a.get("throughputCapacity"))
+    deploy = next((d for d, tiers in FSX_TIERS.items() if tier in tiers), None)
+    if deploy is None:
+        return Found(
+            None, what, sku,
+            f"throughputCapacity {a.get('throughputCapacity')!r} is no persistent SSD tier "
+            f"({', '.join(f'{d} {sorted(t)}' for d, t in FSX_TIERS.items())})",
+        )  # fmt: skip
+    name = f"FSx for Lustre {deploy} SSD {tier} MB/s/TiB in {region}"
+    tiers = cat.fsx_lustre_usd_per_gb_month.get(deploy)
+    if tiers is None:
+        return None  # a deployment type the catalog does not use (PERSISTENT_1)
+    path = ("fsx_lustre_usd_per_gb_month", deploy, str(tier))
+    return Found(path if str(tier) in tiers else None, name, sku)
+
+
+def _dx(family: Any, a: dict[str, Any], cat: Catalog, region: str, sku: str) -> Found | None:
+    if family != DX_FAMILY:
+        return None  # data transfer and the rest: not what the catalog's port figures price
+    kind = a.get("connectionType")
+    what = f"Direct Connect port (sku {sku}, usagetype {a.get('usagetype', '?')})"
+    if kind is None:
+        return Found(None, what, sku, "no connectionType")
+    if "dedicated" not in str(kind).lower():
+        return None  # hosted connections are a partner's, not a port the catalog prices
+    speed = _dx_speed(a.get("capacity"))
+    if not speed:
+        return Found(None, what, sku, f"capacity {a.get('capacity')!r} is not a port speed")
+    name = f"Direct Connect {speed} dedicated port in {region}"
+    has = speed in cat.direct_connect_port_usd_per_hour
+    return Found(("direct_connect_port_usd_per_hour", speed) if has else None, name, sku)
+
+
 def _targets(
     doc: dict[str, Any], cat: Catalog, region: str
-) -> tuple[dict[tuple[str, ...], Figure], list[tuple[tuple[str, ...] | None, str, str]]]:
-    """The catalog figures this offer's service prices in ``region``, and each matching product
-    as (catalog path or None, human name, sku)."""
+) -> tuple[dict[tuple[str, ...], Figure], list[Found]]:
+    """The catalog figures this offer's service prices in ``region``, and each product of
+    interest there."""
     code = doc["offerCode"]
-    figures: dict[tuple[str, ...], Figure] = {}
-    found: list[tuple[tuple[str, ...] | None, str, str]] = []
+    found: list[Found] = []
     for sku, product in doc["products"].items():
         if not isinstance(product, dict) or not isinstance(product.get("attributes"), dict):
             continue
         a = product["attributes"]
-        if a.get("regionCode", a.get("fromRegionCode")) != region:
+        if a.get("regionCode") != region:
             continue
-        path: tuple[str, ...] | None = None
+        family = product.get("productFamily")
         if code == "AmazonEC2":
-            itype = a.get("instanceType")
-            if itype not in cat.instances or any(a.get(k, v) != v for k, v in EC2_MATCH.items()):
-                continue
-            name = f"{itype} on-demand in {region}"
-            if region in cat.instances[itype].on_demand_usd_per_hour:
-                path = ("instances", itype, "on_demand_usd_per_hour", region)
+            f = _ec2(family, a, cat, region, sku)
         elif code == "AmazonFSx":
-            if str(a.get("fileSystemType", "")).lower() != "lustre":
-                continue
-            if str(a.get("storageType", "SSD")).upper() != "SSD":
-                continue
-            deploy = _norm_deployment(str(a.get("deploymentOption", "")))
-            tput = _throughput(a.get("throughputCapacity"))
-            name = f"FSx for Lustre {deploy} {tput} MB/s/TiB in {region}"
-            if tput in cat.fsx_lustre_usd_per_gb_month.get(deploy, {}):
-                path = ("fsx_lustre_usd_per_gb_month", deploy, tput)
-            elif deploy not in cat.fsx_lustre_usd_per_gb_month:
-                continue  # a deployment type the catalog does not use (e.g. PERSISTENT_1)
-        else:  # AWSDirectConnect
-            if str(a.get("connectionType", "Dedicated")).lower() != "dedicated":
-                continue
-            speed = _dx_speed(a.get("capacity", a.get("portSpeed")))
-            if not speed:
-                continue
-            name = f"Direct Connect {speed} dedicated port in {region}"
-            if speed in cat.direct_connect_port_usd_per_hour:
-                path = ("direct_connect_port_usd_per_hour", speed)
-        found.append((path, name, sku))
+            f = _fsx(family, a, cat, region, sku)
+        else:
+            f = _dx(family, a, cat, region, sku)
+        if f is not None:
+            found.append(f)
+    figures: dict[tuple[str, ...], Figure] = {}
     if code == "AmazonEC2":
         for itype, inst in cat.instances.items():
             if region in inst.on_demand_usd_per_hour:
@@ -250,25 +327,64 @@ def plan_import(doc: dict[str, Any], cat: Catalog, region: str | None, origin: s
             f"{origin}: no product in {region}; the offer has "
             f"{', '.join(sorted(regions)) or 'no regionCode on any product'}"
         )
+    code = doc["offerCode"]
     pub = doc["publicationDate"]
-    plan = ImportPlan(doc["offerCode"], region, pub, pub[:10])
+    plan = ImportPlan(code, region, pub, pub[:10])
     figures, found = _targets(doc, cat, region)
-    seen: Counter[tuple[str, ...]] = Counter()
-    for path, name, sku in found:
-        price = _on_demand_usd(doc, sku, origin)
-        if price is None:
+    priced: dict[tuple[str, ...], list[tuple[float, str]]] = {}
+    for f in found:
+        if f.problem:
+            plan.unmatched.append(f"{f.name}: {f.problem}")
             continue
-        if path is None:
-            plan.not_in_catalog.append(f"{name}: ${price:g} (sku {sku})")
+        price = _on_demand_usd(doc, f.sku, origin)
+        if price is None or price == 0:
+            # never a $0 figure: a product the offer gives no price, or a zero one, is reported
+            said = "no on-demand price" if price is None else "an on-demand price of $0"
+            plan.unmatched.append(f"{f.name} (sku {f.sku}): {said} in the offer")
             continue
-        seen[path] += 1
-        if seen[path] > 1:
-            raise OfferError(
-                f"{origin}: more than one product prices {'.'.join(path)} (sku {sku}); "
-                "the offer is ambiguous for this catalog figure"
+        if f.path is None:
+            plan.not_in_catalog.append(f"{f.name}: ${price:g} (sku {f.sku})")
+            continue
+        priced.setdefault(f.path, []).append((price, f.sku))
+    for path, offers in priced.items():
+        prices = sorted({p for p, _ in offers})
+        if code == "AWSDirectConnect" and len(prices) == 1:
+            # one product per Direct Connect location, all at one price: that is the figure
+            more = f" and {len(offers) - 1} more location(s)" if len(offers) > 1 else ""
+            plan.changes.append(Change(path, figures[path], prices[0], offers[0][1] + more))
+            continue
+        if len(offers) > 1:
+            skus = ", ".join(sku for _, sku in offers)
+            why = (
+                f"its {len(offers)} Direct Connect locations have {len(prices)} different "
+                f"prices (${', $'.join(f'{p:g}' for p in prices)}; skus {skus}); the catalog "
+                "keeps one price per port speed, set it by hand"
+                if code == "AWSDirectConnect"
+                else f"more than one product prices it (skus {skus}); the offer is ambiguous "
+                "for this catalog figure"
             )
-        plan.changes.append(Change(path, figures[path], price, sku))
-    plan.missing = [".".join(p) for p in figures if p not in seen]
+            raise OfferError(f"{origin}: {'.'.join(path)}: {why}")
+        plan.changes.append(Change(path, figures[path], offers[0][0], offers[0][1]))
+    if code == "AmazonFSx":
+        for path in figures:
+            if path[1].startswith("SCRATCH"):
+                plan.not_imported.append(f"{'.'.join(path)}: {NOT_CONFIRMED[code]}")
+    if code == "AWSDirectConnect":
+        plan.not_imported.append(
+            "data_transfer.direct_connect_out_usd_per_gb: priced per Direct Connect location "
+            "and interface type, not by this import"
+        )
+    bad = [f for f in found if f.problem]
+    if bad and len(bad) == len(found):
+        # not one product reads as this importer expects: the offer's attribute vocabulary is
+        # not the one confirmed (say AWS renamed throughputCapacity); refuse, don't guess
+        raise OfferError(
+            f"{origin}: no {SERVICES[code]} product in {region} has the attributes this "
+            f"importer reads (first: {bad[0].name}: {bad[0].problem}); nothing imported"
+        )
+    skipped = {p for p in figures if any(line.startswith(".".join(p) + ":")
+                                         for line in plan.not_imported)}  # fmt: skip
+    plan.missing = [".".join(p) for p in figures if p not in priced and p not in skipped]
     plan.changes.sort(key=lambda c: c.path)
     return plan
 
@@ -300,6 +416,10 @@ def render_diff(plan: ImportPlan) -> list[str]:
         out.append(f"  not in offer {m}: kept as it is")
     for n in plan.not_in_catalog:
         out.append(f"  not in catalog {n}: add it to catalog.yaml by hand to use it")
+    for n in plan.not_imported:
+        out.append(f"  not imported {n}; kept as it is")
+    for n in plan.unmatched:
+        out.append(f"  not priced {n}")
     return out
 
 

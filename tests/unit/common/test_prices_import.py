@@ -112,7 +112,10 @@ def test_fsx_and_direct_connect(
         fig = cat.fsx_lustre_usd_per_gb_month[path[0]][path[1]]
         # HDD, PERSISTENT_1 and OpenZFS products are not the catalog's
         assert "PERSISTENT_1" not in r.stdout
-        assert "not in offer fsx_lustre_usd_per_gb_month.SCRATCH_1.0" in r.stdout
+        assert (
+            "not imported fsx_lustre_usd_per_gb_month.SCRATCH_1.0: the Price List value of "
+            "deploymentOption for scratch file systems was not confirmed; kept as it is"
+        ) in r.stdout
     else:
         fig = cat.direct_connect_port_usd_per_hour[path[0]]
         assert "not in catalog Direct Connect 25Gbps dedicated port in us-east-1: $9" in r.stdout
@@ -206,5 +209,144 @@ def test_two_products_for_one_figure_are_refused(catalog: Path, tmp_path: Path) 
     before = catalog.read_bytes()
     r = run(_offer(tmp_path, dup), "--region", "us-east-1", "--catalog", catalog, "--write")
     assert r.exit_code == 2
-    assert "more than one product prices instances.p5e.48xlarge" in r.stderr
+    assert (
+        "instances.p5e.48xlarge.on_demand_usd_per_hour.us-east-1: more than one product "
+        "prices it (skus AMAZSKU0001XYZ, DUP)"
+    ) in r.stderr
     assert catalog.read_bytes() == before
+
+
+def _edit(tmp_path: Path, src: Path, edit: Any) -> Path:
+    doc = json.loads(src.read_text())
+    edit(doc)
+    f = tmp_path / src.name
+    f.write_text(json.dumps(doc))
+    return f
+
+
+def _attrs(doc: dict[str, Any], sku: str) -> dict[str, Any]:
+    attrs: dict[str, Any] = doc["products"][sku]["attributes"]
+    return attrs
+
+
+def test_fsx_reads_persistent_tiers_and_reports_what_it_cannot_read(catalog: Path) -> None:
+    """Persistent SSD storage by throughputCapacity tier; the scratch product (a deploymentOption
+    value not confirmed) is reported, not priced; HDD, backups, PERSISTENT_1 and OpenZFS are
+    not the catalog's and are not mentioned."""
+    r = run(FSX, "--catalog", catalog)
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert "4 catalog price(s) found, 1 changed" in out
+    for tier in ("125", "250", "500", "1000"):
+        assert f"fsx_lustre_usd_per_gb_month.PERSISTENT_2.{tier}: " in out
+    assert (
+        "  not priced FSx for Lustre storage (sku AMAZSKU0006XYZ): deploymentOption 'Scratch' "
+        "(the Price List value of deploymentOption for scratch file systems was not confirmed)"
+    ) in out
+    for sku in ("AMAZSKU0004XYZ", "AMAZSKU0005XYZ", "AMAZSKU0007XYZ", "AMAZSKU0008XYZ"):
+        assert sku not in out
+    assert "$0" not in out and "-> 0 " not in out
+
+
+def test_a_product_that_does_not_match_is_reported_never_priced_at_0(
+    catalog: Path, tmp_path: Path
+) -> None:
+    def edit(d: dict[str, Any]) -> None:
+        del _attrs(d, "AMAZSKU0001XYZ")["throughputCapacity"]  # the 250 tier, unreadable
+        for term in d["terms"]["OnDemand"]["AMAZSKU0002XYZ"].values():  # the 500 tier at $0
+            for dim in term["priceDimensions"].values():
+                dim["pricePerUnit"]["USD"] = "0.0000000000"
+
+    before = catalog.read_bytes()
+    r = run(_edit(tmp_path, FSX, edit), "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    assert (
+        "  not priced FSx for Lustre storage (sku AMAZSKU0001XYZ): throughputCapacity None is "
+        "no persistent SSD tier" in out
+    )
+    assert (
+        "  not priced FSx for Lustre PERSISTENT_2 SSD 500 MB/s/TiB in us-east-1 "
+        "(sku AMAZSKU0002XYZ): an on-demand price of $0 in the offer" in out
+    )
+    assert "not in offer fsx_lustre_usd_per_gb_month.PERSISTENT_2.250: kept as it is" in out
+    assert "not in offer fsx_lustre_usd_per_gb_month.PERSISTENT_2.500: kept as it is" in out
+    assert "wrote 2 price(s)" in out
+    cat, old = parse_catalog(catalog.read_text()), parse_catalog(before.decode())
+    for tier in ("250", "500"):  # as they were, not $0
+        new_fig = cat.fsx_lustre_usd_per_gb_month["PERSISTENT_2"][tier]
+        assert new_fig == old.fsx_lustre_usd_per_gb_month["PERSISTENT_2"][tier]
+        assert new_fig.value > 0
+
+
+def test_an_offer_whose_attributes_are_not_the_confirmed_ones_is_refused(
+    catalog: Path, tmp_path: Path
+) -> None:
+    """No Lustre SSD product reads as expected (here: the tier under another name): one line,
+    exit 2, nothing written, rather than a guess."""
+
+    def edit(d: dict[str, Any]) -> None:
+        for p in d["products"].values():
+            if "throughputCapacity" in p["attributes"]:
+                p["attributes"]["perUnitStorageThroughput"] = p["attributes"].pop(
+                    "throughputCapacity"
+                )
+
+    before = catalog.read_bytes()
+    r = run(_edit(tmp_path, FSX, edit), "--catalog", catalog, "--write")
+    assert r.exit_code == 2, r.output
+    err = r.stderr.strip()
+    assert "\n" not in err and err.endswith("nothing imported"), err
+    assert "no FSx for Lustre storage GB-months product in us-east-1 has the attributes" in err
+    assert catalog.read_bytes() == before
+
+
+def test_direct_connect_locations_at_one_price_or_refused(catalog: Path, tmp_path: Path) -> None:
+    r = run(DX, "--catalog", catalog)
+    assert r.exit_code == 0, r.output
+    assert (
+        "direct_connect_port_usd_per_hour.10Gbps: 2.25 (ref 2025-06) -> 2.25 (aws-price-list "
+        "2026-11-02)  [sku AWSDSKU0001XYZ and 1 more location(s)]" in r.stdout
+    )
+    assert "not imported data_transfer.direct_connect_out_usd_per_gb" in r.stdout
+    assert "AWSDSKU0007XYZ" not in r.stdout  # data transfer out is not a port
+
+    def dearer(d: dict[str, Any]) -> None:  # the second location's 10G port costs more
+        for term in d["terms"]["OnDemand"]["AWSDSKU0002XYZ"].values():
+            for dim in term["priceDimensions"].values():
+                dim["pricePerUnit"]["USD"] = "2.5000000000"
+
+    before = catalog.read_bytes()
+    r = run(_edit(tmp_path, DX, dearer), "--catalog", catalog, "--write")
+    assert r.exit_code == 2, r.output
+    assert r.stderr.strip().endswith(
+        "direct_connect_port_usd_per_hour.10Gbps: its 2 Direct Connect locations have 2 "
+        "different prices ($2.25, $2.5; skus AWSDSKU0001XYZ, AWSDSKU0002XYZ); the catalog keeps "
+        "one price per port speed, set it by hand"
+    )
+    assert catalog.read_bytes() == before
+
+    def no_kind(d: dict[str, Any]) -> None:
+        del _attrs(d, "AWSDSKU0000XYZ")["connectionType"]
+
+    r = run(_edit(tmp_path, DX, no_kind), "--catalog", catalog)
+    assert r.exit_code == 0, r.output
+    assert (
+        "  not priced Direct Connect port (sku AWSDSKU0000XYZ, usagetype USE1-EqDC2-DCP:1G): "
+        "no connectionType" in r.stdout
+    )
+    assert "not in offer direct_connect_port_usd_per_hour.1Gbps" in r.stdout
+
+
+def test_an_ec2_product_missing_an_attribute_is_not_taken_for_the_catalogs(
+    catalog: Path, tmp_path: Path
+) -> None:
+    """The Dedicated p5.48xlarge ($98) without its tenancy is not read as Shared tenancy."""
+
+    def edit(d: dict[str, Any]) -> None:
+        del _attrs(d, "AMAZSKU0005XYZ")["tenancy"]
+
+    r = run(_edit(tmp_path, EC2, edit), "--region", "us-east-1", "--catalog", catalog)
+    assert r.exit_code == 0, r.output
+    assert "-> 98 (" not in r.stdout
+    assert "instances.p5.48xlarge.on_demand_usd_per_hour.us-east-1: 55.04" in r.stdout
