@@ -232,7 +232,14 @@ def _cloudwatch(config: StackConfig) -> CloudWatchBill:
     return cloudwatch_bill(
         [FleetGroup(c.instance_type, c.nodes, c.per_device_metrics) for c in config.clusters],
         load_catalog(),
-        Cadence(d.idle.every.total_seconds(), egress),
+        Cadence(
+            d.idle.every.total_seconds(),
+            egress,
+            window_s=d.idle.window.total_seconds(),
+            publish_delay_s=d.idle.publish_delay.total_seconds(),
+            period_s=d.idle.period.total_seconds(),
+            partial_idle=d.idle.report_partial_idle,
+        ),
     )
 
 

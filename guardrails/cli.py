@@ -527,7 +527,9 @@ def explain(
                 1,
             )
         n = nodes[0]
-        util = utilization(d.aws, cfg, [n], d.clock.now(), heartbeats="all")[n.instance_id]
+        util = utilization(d.aws, cfg, [n], d.clock.now(), heartbeats="all", partial_idle=True)[
+            n.instance_id
+        ]
         row = d.state.marks().get(n.instance_id)
         dec = decide(
             n, util, parse_iso(row["marked_at"]) if row else None, d.clock.now(), idle_params(cfg)

@@ -61,7 +61,7 @@ from pydantic_settings import (
 from coreburst.common.catalog import load_catalog
 from coreburst.common.errors import one_line as _one_line
 from coreburst.common.errors import redact
-from coreburst.common.telemetry import UTILIZATION_METRICS, AcceleratorKind
+from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRICS, AcceleratorKind
 from coreburst.common.textio import read_text
 
 # -- secrets never reach a message ----------------------------------------------------------
@@ -190,10 +190,10 @@ class MetricConfig(_Strict):
     namespace: str
     metric_name: str
     device_dimension: str
-    # Decide from the per-instance rollup (the same metric under InstanceId alone: Maximum,
-    # Minimum, SampleCount per period; coreburst.common.telemetry publishes it): 3 metrics per
-    # instance
-    # per read instead of one per accelerator. false: read every per-device series (a metric
+    # Decide from the per-instance rollup (the same metric under InstanceId alone: Maximum and
+    # SampleCount per period, plus Minimum with ``idle.report_partial_idle``;
+    # coreburst.common.telemetry publishes it): 2 metrics per instance per read instead of one
+    # per accelerator. false: read every per-device series (a metric
     # someone else publishes without that rollup). ``explain`` always shows per-device series.
     rollup: bool = True
 
@@ -254,8 +254,26 @@ class IdleConfig(_Strict):
     # How often utilization is read and nodes are assessed, apart from the daemon's cycle
     # (``interval``, which spend uses): GetMetricData bills per metric requested, so idle at
     # 5 min costs a fifth of idle at 1 min. A cycle in between reads nothing and acts on
-    # nothing, except that a node due for its reclaim is read fresh at once.
+    # nothing, except that a node due for its reclaim is read fresh at once. At a read, only
+    # the nodes that could be idle by then are read: one whose last read showed a busy
+    # period at t cannot be idle for ``window`` before t + window, so it is next read at the
+    # first read after that (a busy node about every window - publish_delay - period, rounded
+    # up to ``every``: 25 min at the defaults); a node marked idle is next read at its reclaim
+    # time. A node never read, with no data or whose read failed is read at every read.
     every: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=5)
+    # How late the nodes' newest datapoints may arrive: the CloudWatch agent flushes every
+    # AGENT_FLUSH_INTERVAL_S (5 min) and the Neuron publisher as often. A node may go this much
+    # longer than ``max_gap`` without a datapoint at the end of the window (only there: a hole
+    # inside the window is still held to ``max_gap``) and still be idle. The cost: the newest
+    # <= 5 min of activity is not visible yet when a node is marked; the act step reads the
+    # whole window again before it acts, after the grace period.
+    publish_delay: Annotated[timedelta, Between("1m", "1h")] = timedelta(
+        seconds=AGENT_FLUSH_INTERVAL_S
+    )
+    # Also read each rollup's Minimum (a third metric per node and read) to report "at least 1
+    # of N devices idle in every period" on busy nodes. Off: a busy node is just busy.
+    # ``explain`` reads it whatever this says.
+    report_partial_idle: bool = False
     metrics: Annotated[dict[AcceleratorKind, MetricConfig], BeforeValidator(_merge_metrics)] = (
         Field(default_factory=_default_metrics)
     )

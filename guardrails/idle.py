@@ -12,6 +12,11 @@ A node is IDLE only when every accelerator has datapoints covering the whole win
 present and every one of them is below the threshold. Missing, stale or partial data makes it
 UNKNOWN ("blind"): reported, never reclaimed. Missing data is never read as zero.
 
+"Up to the present" allows for how late the nodes publish (``publish_delay``: the CloudWatch
+agent and the Neuron publisher send their buffered datapoints every 5 min): the stretch after
+the newest datapoint may last ``max_gap + publish_delay``. A hole inside the window (or at its
+start) is held to ``max_gap``, and a node without data is blind, never idle.
+
 With the per-instance rollup (``assess_rollup``) the same rules hold per period: CloudWatch
 aggregates every accelerator's value of one period into Maximum, Minimum and SampleCount, and a
 period counts as covered only when SampleCount is exactly the expected accelerator count (times
@@ -28,12 +33,14 @@ node is blind, not idle. When that count cannot be known the caller passes the r
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import operator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, time, timedelta
 from typing import Literal, NamedTuple
 
+from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S
 from guardrails.model import DeviceSeries, Node, Series
 
 UtilState = Literal["idle", "busy", "unknown"]
@@ -46,6 +53,9 @@ class IdleParams:
     threshold_percent: float = 5.0
     window: timedelta = timedelta(minutes=30)
     max_gap: timedelta = timedelta(minutes=5)
+    # how late the newest datapoints may arrive (idle.publish_delay): allowed after the newest
+    # datapoint on top of max_gap, never inside the window
+    publish_delay: timedelta = timedelta(seconds=AGENT_FLUSH_INTERVAL_S)
     grace: timedelta = timedelta(hours=1)
     max_exemption: timedelta = timedelta(days=30)
     exempt_tag: str = "coreburst:exempt-until"
@@ -70,6 +80,36 @@ class Utilization:
     reason: str
     devices: list[DeviceStat] = field(default_factory=list)
     idle_devices: list[str] = field(default_factory=list)
+    # The earliest time the node could be idle for the whole window, from what was read: after
+    # a busy period at t, t + window (strictly after: a period stamped at the window's start
+    # still counts); after a hole longer than max_gap that ends at t, t + window - max_gap.
+    # None: it could be idle at the next read (no such period, no data, or a hole not closed by
+    # any data yet, which late data may still fill).
+    idle_from: datetime | None = None
+
+
+# A busy period stamped exactly at the window's start still counts (``at < start`` is left
+# out, ``at == start`` is not), so a node is idle no earlier than just after t + window.
+_JUST_AFTER = timedelta(seconds=1)
+
+
+def _idle_from(
+    last_busy: datetime | None, hole_end: datetime | None, params: IdleParams
+) -> datetime | None:
+    got = [
+        *([last_busy + params.window + _JUST_AFTER] if last_busy is not None else []),
+        *([hole_end + params.window - params.max_gap] if hole_end is not None else []),
+    ]
+    return max(got) if got else None
+
+
+def _hole_end(edges: list[datetime], max_gap: timedelta) -> datetime | None:
+    """Where the newest hole longer than ``max_gap`` between consecutive ``edges`` ends."""
+    end = None
+    for a, b in itertools.pairwise(edges):
+        if b - a > max_gap:
+            end = b
+    return end
 
 
 def _device_stat(device: str, s: Series, start: datetime, now: datetime) -> DeviceStat:
@@ -95,13 +135,16 @@ def assess_utilization(
     start = now - params.window
     stats = [_device_stat(d, pts, start, now) for d, pts in sorted(series.items())]
     thr = params.threshold_percent
+    gaps = {d: _device_gaps(pts, start, now, thr, params.max_gap) for d, pts in series.items()}
+    mg, late = params.max_gap, params.max_gap + params.publish_delay
+
+    def covered(s: DeviceStat) -> bool:
+        inner, trailing, _, _ = gaps[s.device]
+        return inner <= mg and trailing <= late
+
     busy = [s for s in stats if s.max_value is not None and s.max_value >= thr]
     idle_devs = [
-        s.device
-        for s in stats
-        if s.max_value is not None
-        and s.max_value < thr
-        and (s.largest_gap_s or 0) <= params.max_gap.total_seconds()
+        s.device for s in stats if s.max_value is not None and s.max_value < thr and covered(s)
     ]
     if busy:
         # Busy is certain from any busy datapoint, whatever the gaps elsewhere.
@@ -109,7 +152,10 @@ def assess_utilization(
         reason = f"device {top.device} peaked at {top.max_value:.1f}% (threshold {thr:g}%)"
         if idle_devs:
             reason += f"; {len(idle_devs)} of {len(stats)} devices idle (reported, not reclaimed)"
-        return Utilization("busy", reason, stats, idle_devs)
+        last_busy = max(b for _, _, b, _ in gaps.values() if b is not None)
+        holes = [h for _, _, _, h in gaps.values() if h is not None]
+        until = _idle_from(last_busy, max(holes) if holes else None, params)
+        return Utilization("busy", reason, stats, idle_devs, until)
     if isinstance(expected_series, str):
         return Utilization("unknown", expected_series, stats, idle_devs)
     if expected_series < 1:
@@ -126,18 +172,22 @@ def assess_utilization(
     for s in stats:
         if s.datapoints == 0:
             return Utilization("unknown", f"device {s.device}: no datapoints in window", stats)
-        if (s.largest_gap_s or 0) > params.max_gap.total_seconds():
+        inner, trailing, _, hole = gaps[s.device]
+        if trailing > late:
             assert s.last is not None
-            if (now - s.last) > params.max_gap:
-                why = f"stale: last datapoint {int((now - s.last).total_seconds())}s ago"
-            else:
-                why = f"partial: a {int(s.largest_gap_s or 0)}s gap in the window"
-            return Utilization(
-                "unknown",
-                f"device {s.device}: {why} (max gap {int(params.max_gap.total_seconds())}s)",
-                stats,
-                idle_devs,
+            why = (
+                f"stale: last datapoint {int((now - s.last).total_seconds())}s ago (max gap "
+                f"{int(mg.total_seconds())}s + publish delay "
+                f"{int(params.publish_delay.total_seconds())}s)"
             )
+            return Utilization("unknown", f"device {s.device}: {why}", stats, idle_devs)
+        if inner > mg:
+            why = (
+                f"partial: a {int(inner.total_seconds())}s gap in the window "
+                f"(max gap {int(mg.total_seconds())}s)"
+            )
+            until = _idle_from(None, hole, params)
+            return Utilization("unknown", f"device {s.device}: {why}", stats, idle_devs, until)
     peak = max(s.max_value or 0.0 for s in stats)
     mins = int(params.window.total_seconds() // 60)
     return Utilization(
@@ -146,6 +196,21 @@ def assess_utilization(
         stats,
         idle_devs,
     )
+
+
+def _device_gaps(
+    s: Series, start: datetime, now: datetime, thr: float, max_gap: timedelta
+) -> tuple[timedelta, timedelta, datetime | None, datetime | None]:
+    """One device's longest hole inside the window (from its start), the stretch after its
+    newest datapoint, its newest busy datapoint, and where its newest hole longer than
+    ``max_gap`` ends."""
+    pts = sorted((t, v) for t, v in zip(s.timestamps, s.values, strict=True) if start <= t <= now)
+    if not pts:
+        return now - start, now - start, None, None
+    edges = [start, *(t for t, _ in pts)]
+    inner = max(map(operator.sub, edges[1:], edges[:-1]))
+    busy = [t for t, v in pts if v >= thr]
+    return inner, now - pts[-1][0], (busy[-1] if busy else None), _hole_end(edges, max_gap)
 
 
 class PeriodStat(NamedTuple):
@@ -199,6 +264,8 @@ def assess_rollup(
     peak = top = -math.inf
     low = -math.inf  # the highest per-period Minimum
     top_at: PeriodStat | None = None
+    last_busy: datetime | None = None
+    last_short: datetime | None = None  # the newest period that arrived incomplete
     for p in periods:
         at = p[0]
         if at < start or at > now:
@@ -208,10 +275,14 @@ def assess_rollup(
             peak = p[1]
             if peak >= thr:
                 top, top_at = peak, p
+        if p[1] >= thr:
+            last_busy = at
         low = max(low, p[2])
         if p[3] == want:
             covered.append(at)
-    if len(covered) > 1 and not all(map(operator.lt, covered, covered[1:])):
+        else:
+            last_short = at
+    if len(pts) > 1 and not all(map(operator.le, (p[0] for p in pts), (p[0] for p in pts[1:]))):
         return assess_rollup(
             sorted(periods, key=lambda p: p[0]),
             expected_series,
@@ -228,7 +299,19 @@ def assess_rollup(
         _gap(start, covered, now),
     )
     stats = [stat]
+    # Holes: from the window's start to each complete period, and from the newest complete
+    # period to a newer one that arrived incomplete (data came, so that is no delay). After the
+    # newest complete period the data may still be on its way: max_gap + publish_delay.
+    mg, late = params.max_gap, params.max_gap + params.publish_delay
+    edges = [start, *covered]
+    if last_short is not None and last_short > edges[-1]:
+        edges.append(last_short)
+    inner = max(map(operator.sub, edges[1:], edges[:-1]), default=timedelta(0))
+    trailing = now - (covered[-1] if covered else start)
+    hole_end = _hole_end(edges, mg)
     # "One idle accelerator": some accelerator stayed below the threshold in every period.
+    # Without Minimum read (idle.report_partial_idle off) the caller passes the Maximum in
+    # its place, an upper bound: the note then never claims an idle accelerator.
     one_idle = bool(pts) and low < thr
     idle_devs = [ROLLUP_DEVICE] if one_idle else []
     if top_at is not None:
@@ -239,7 +322,8 @@ def assess_rollup(
                 f"; at least 1{of} devices idle in every period (idlest at most {low:.1f}%; "
                 "reported, not reclaimed)"
             )
-        return Utilization("busy", reason, stats, idle_devs)
+        until = _idle_from(last_busy, hole_end, params)
+        return Utilization("busy", reason, stats, idle_devs, until)
     if isinstance(expected_series, str):
         return Utilization("unknown", expected_series, stats, idle_devs)
     if expected_series < 1 or want < 1:
@@ -248,10 +332,9 @@ def assess_rollup(
         return Utilization(
             "unknown", "no utilization datapoints for this node in the window", stats
         )
-    if (stat.largest_gap_s or 0) > params.max_gap.total_seconds():
+    if inner > mg or trailing > late:
         short = [p for p in pts if p.samples < want]
         over = [p for p in pts if p.samples > want]
-        mg = int(params.max_gap.total_seconds())
         note = ""
         if short:
             fewest = int(min(p.samples for p in short))
@@ -268,14 +351,17 @@ def assess_rollup(
             )
         if not covered:
             why = note or "no complete period in the window"
-        elif (now - covered[-1]) > params.max_gap:
-            age = int((now - covered[-1]).total_seconds())
-            why = f"stale: last complete period {age}s ago (max gap {mg}s)"
+        elif inner > mg:
+            why = f"partial: a {int(inner.total_seconds())}s gap in the window (max gap "
+            why += f"{int(mg.total_seconds())}s)" + (f"; {note}" if note else "")
         else:
-            gap = int(stat.largest_gap_s or 0)
-            why = f"partial: a {gap}s gap in the window (max gap {mg}s)"
-            why += f"; {note}" if note else ""
-        return Utilization("unknown", why, stats, idle_devs)
+            why = (
+                f"stale: last complete period {int(trailing.total_seconds())}s ago (max gap "
+                f"{int(mg.total_seconds())}s + publish delay "
+                f"{int(params.publish_delay.total_seconds())}s)"
+            )
+        until = _idle_from(None, hole_end, params) if inner > mg else None
+        return Utilization("unknown", why, stats, idle_devs, until)
     mins = int(params.window.total_seconds() // 60)
     return Utilization(
         "idle",

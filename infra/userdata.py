@@ -14,6 +14,7 @@ from importlib import resources
 from typing import Literal
 
 from coreburst.common.telemetry import (
+    NEURON_FLUSH_INTERVAL_S,
     PUBLISH_INTERVAL_S,
     PUBLISHER_HEARTBEATS,
     UTILIZATION_METRICS,
@@ -54,6 +55,9 @@ def neuron_publisher_command(lnc: int | None = None, per_device: bool = False) -
         # once a minute (each core's peak meanwhile), whatever neuron-monitor's own period
         "--interval",
         str(PUBLISH_INTERVAL_S),
+        # sent every 5 min, as the CloudWatch agent flushes (the guardrails' idle.publish_delay)
+        "--flush-interval",
+        str(NEURON_FLUSH_INTERVAL_S),
     ]
     if lnc is not None:
         args += ["--lnc", str(int(lnc))]

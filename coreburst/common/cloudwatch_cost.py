@@ -8,10 +8,16 @@ Three terms, each priced from the catalog's dated ``cloudwatch`` figures
   counted from the very agent config and publisher command line the launch template installs
   (``coreburst.common.telemetry``), so the count cannot drift from what is shipped;
 - **PutMetricData**: requests the nodes make to publish them (the CloudWatch agent flushes once
-  per ``force_flush_interval``; the Neuron publisher once per ``--interval``), per request;
-- **GetMetricData**: metrics the guardrail daemon requests at its cadence (the idle rule reads
-  each node's rollup, ``ROLLUP_STATS`` metrics per read, every ``idle.every``; the egress rule
-  reads each node's NetworkOut every ``egress.every``), per metric requested.
+  per ``force_flush_interval``, 5 min; the Neuron publisher collects once per ``--interval``
+  and sends what it buffered once per ``--flush-interval``, 5 min), per request;
+- **GetMetricData**: metrics the guardrail daemon requests at its cadence, per metric
+  requested: the idle rule reads a node's rollup (``ROLLUP_STATS``, 2 metrics; 3 with
+  ``idle.report_partial_idle``) only when it could be idle by then: a busy node is read about
+  every ``window - publish_delay - period``, rounded up to ``idle.every`` (25 min at the
+  defaults), as the busy minute it was last read with leaves the window; the egress rule reads
+  each node's NetworkOut every ``egress.every``. The figure assumes a fleet whose nodes are
+  busy, its idle nodes reclaimed (a node marked idle is read again at its reclaim time); a
+  blind node (no data) is read at every ``idle.every`` and costs more.
 
 The tiered term assumes the fleet's metrics are the account's only custom metrics unless
 ``existing_metrics`` says how many others there are (the marginal price is then lower). The free
@@ -21,7 +27,9 @@ A price or instance type the catalog lacks is an error, never a zero.
     >>> from coreburst.common.catalog import load_catalog
     >>> b = bill([FleetGroup("p5.48xlarge", 1000)], load_catalog(), Cadence(300, 900))
     >>> b.custom_metrics, round(b.put_requests_day), round(b.get_metrics_day)
-    (1000, 1440000, 960000)
+    (1000, 288000, 211200)
+    >>> [f"{t} ${usd:.2f}" for t, _, usd in b.lines()]
+    ['custom metrics $9.86', 'PutMetricData $2.88', 'GetMetricData $2.11', 'all-in $14.86']
 """
 
 from __future__ import annotations
@@ -32,8 +40,10 @@ from dataclasses import dataclass
 from coreburst.common.catalog import Catalog, CatalogError, CloudWatchPrices, CustomMetricTier
 from coreburst.common.telemetry import (
     AGENT_FLUSH_INTERVAL_S,
+    NEURON_FLUSH_INTERVAL_S,
     PUBLISH_INTERVAL_S,
     PUT_MAX_DATUMS,
+    ROLLUP_PARTIAL_IDLE_STATS,
     ROLLUP_STATS,
     UTILIZATION_METRICS,
     AcceleratorKind,
@@ -59,13 +69,34 @@ class FleetGroup:
 @dataclass(frozen=True)
 class Cadence:
     """How often the daemon reads and the nodes publish, in seconds. ``egress_every_s`` None:
-    the egress rule is off (no NetworkOut reads)."""
+    the egress rule is off (no NetworkOut reads). The defaults are the daemon's
+    (guardrails/config.py ``idle``) and what the launch template installs."""
 
     idle_every_s: float
     egress_every_s: float | None
-    rollup_stats: int = len(ROLLUP_STATS)
+    window_s: float = 1800  # idle.window
+    publish_delay_s: float = AGENT_FLUSH_INTERVAL_S  # idle.publish_delay
+    period_s: float = 60  # idle.period
+    partial_idle: bool = False  # idle.report_partial_idle: Minimum read too
     flush_interval_s: float = AGENT_FLUSH_INTERVAL_S
     neuron_interval_s: float = PUBLISH_INTERVAL_S
+    neuron_flush_interval_s: float = NEURON_FLUSH_INTERVAL_S
+
+    @property
+    def rollup_stats(self) -> int:
+        return len(ROLLUP_PARTIAL_IDLE_STATS if self.partial_idle else ROLLUP_STATS)
+
+    @property
+    def busy_read_every_s(self) -> float:
+        """How often a busy node's rollup is read: when the busy minute it was last read with
+        (up to ``publish_delay + period`` old then) has left the window, at the next
+        ``idle.every`` step; never more often than every ``idle.every``.
+
+        >>> Cadence(300, 900).busy_read_every_s  # 30 - 5 - 1 = 24 min, rounded up to 25
+        1500.0
+        """
+        wait = self.window_s - self.publish_delay_s - self.period_s
+        return float(max(1, math.ceil(wait / self.idle_every_s)) * self.idle_every_s)
 
 
 @dataclass(frozen=True)
@@ -80,6 +111,9 @@ class CloudWatchBill:
     # Whether any price used is marked unverified in the catalog, and the figures' provenance.
     unverified: bool
     source: str
+    # GetMetricData's two parts: the idle rule's rollup reads and the egress rule's NetworkOut
+    get_idle_metrics_day: float = 0.0
+    get_egress_metrics_day: float = 0.0
 
     @property
     def total_usd_day(self) -> float:
@@ -90,7 +124,12 @@ class CloudWatchBill:
         return [
             ("custom metrics", f"{self.custom_metrics:,} metrics", self.custom_usd_day),
             ("PutMetricData", f"{self.put_requests_day:,.0f} requests/day", self.put_usd_day),
-            ("GetMetricData", f"{self.get_metrics_day:,.0f} metrics/day", self.get_usd_day),
+            (
+                "GetMetricData",
+                f"{self.get_metrics_day:,.0f} metrics/day (idle {self.get_idle_metrics_day:,.0f}"
+                f", egress {self.get_egress_metrics_day:,.0f})",
+                self.get_usd_day,
+            ),
             ("all-in", f"{self.nodes:,} nodes", self.total_usd_day),
         ]
 
@@ -129,12 +168,13 @@ def put_requests_per_node_day(
     """PutMetricData requests one node makes a day. The agent sends each GPU's value once per
     collection under every published dimension set (one datum each; CloudWatch aggregates a
     set's values per period) and flushes once per ``flush_interval_s``, up to 1,000 datums a
-    request. The Neuron publisher sends one datum per series (a statistic set for the rollup)
-    once per ``neuron_interval_s``, one request per namespace and 1,000 datums.
+    request. The Neuron publisher collects one datum per series (a statistic set for the rollup)
+    once per ``neuron_interval_s`` and sends them once per ``neuron_flush_interval_s``, one
+    request per namespace and 1,000 datums.
 
     >>> c = Cadence(300, 900)
     >>> put_requests_per_node_day("nvidia", 8, c), put_requests_per_node_day("neuron", 64, c)
-    (1440.0, 1440.0)
+    (288.0, 288.0)
     """
     series = node_series(kind, per_device)
     if kind == "nvidia":
@@ -145,22 +185,27 @@ def put_requests_per_node_day(
     by_ns: dict[str, int] = {}
     for s in series:
         by_ns[s.namespace] = by_ns.get(s.namespace, 0) + (devices if _per_device(s, kind) else 1)
-    calls = sum(math.ceil(n / PUT_MAX_DATUMS) for n in by_ns.values())
-    return SECONDS_PER_DAY / cadence.neuron_interval_s * calls
+    flush = max(cadence.neuron_flush_interval_s, cadence.neuron_interval_s)
+    collections = flush / cadence.neuron_interval_s
+    calls = sum(math.ceil(n * collections / PUT_MAX_DATUMS) for n in by_ns.values())
+    return SECONDS_PER_DAY / flush * calls
 
 
 def get_metrics_per_node_day(cadence: Cadence) -> float:
-    """Metrics the daemon requests a day per node: the rollup's statistics every idle read and
-    NetworkOut every egress read. A trn2 heartbeat is read only for a node the rollup leaves
-    blind (none in a healthy fleet), so it is not counted.
+    """Metrics the daemon requests a day per node: the rollup's statistics every busy node's
+    read (``Cadence.busy_read_every_s``) and NetworkOut every egress read. A trn2 heartbeat is
+    read only for a node the rollup leaves blind (none in a healthy fleet), so it is not
+    counted.
 
-    >>> get_metrics_per_node_day(Cadence(300, 900))
-    960.0
+    >>> get_metrics_per_node_day(Cadence(300, 900))  # 2 x 57.6 reads + 96
+    211.2
+    >>> get_metrics_per_node_day(Cadence(300, 900, partial_idle=True))  # 3 x 57.6 + 96
+    268.8
     """
-    reads = cadence.rollup_stats * SECONDS_PER_DAY / cadence.idle_every_s
+    reads = cadence.rollup_stats * SECONDS_PER_DAY / cadence.busy_read_every_s
     if cadence.egress_every_s is not None:
         reads += SECONDS_PER_DAY / cadence.egress_every_s
-    return reads
+    return round(reads, 6)
 
 
 def tiered_usd_per_month(metrics: int, tiers: list[CustomMetricTier], existing: int = 0) -> float:
@@ -204,7 +249,10 @@ def bill(
     """The fleet's CloudWatch $/day, term by term (see the module docstring)."""
     p = prices(cat)
     nodes = metrics = 0
-    put = get = 0.0
+    put = get = get_egress = 0.0
+    egress_per_node = (
+        SECONDS_PER_DAY / cadence.egress_every_s if cadence.egress_every_s is not None else 0.0
+    )
     for g in groups:
         if g.nodes < 0:
             raise ValueError(f"{g.instance_type}: a negative node count ({g.nodes})")
@@ -213,6 +261,7 @@ def bill(
         metrics += g.nodes * custom_metrics_per_node(kind, devices, g.per_device)
         put += g.nodes * put_requests_per_node_day(kind, devices, cadence, g.per_device)
         get += g.nodes * get_metrics_per_node_day(cadence)
+        get_egress += g.nodes * egress_per_node
     month = tiered_usd_per_month(metrics, p.custom_metric_tiers, existing_metrics)
     figures = [
         p.api_usd_per_1000_requests,
@@ -229,4 +278,6 @@ def bill(
         get_usd_day=get * p.get_metric_data_usd_per_1000_metrics.value / 1000,
         unverified=any(f.unverified for f in figures),
         source=", ".join(sorted({f"{f.source} {f.as_of}" for f in figures})),
+        get_idle_metrics_day=get - get_egress,
+        get_egress_metrics_day=get_egress,
     )

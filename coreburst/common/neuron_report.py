@@ -25,8 +25,12 @@ with one metric per instance instead of one per core. Each core's own series (In
 ``--device-dimension``), 64 more custom metrics per trn2 billed per metric-month, is published
 only with ``--per-device`` (the stack's ``perDeviceMetrics``, for ``coreburst guardrails
 explain``'s per-core rows). With ``--interval`` the publisher keeps
-each core's highest value across neuron-monitor's reports and publishes once per interval (a
-busy moment between two publishes is never lost).
+each core's highest value across neuron-monitor's reports and collects them once per interval (a
+busy moment between two collections is never lost). With ``--flush-interval`` it sends what it
+collected once per that many seconds, each collection with its own timestamp (PutMetricData
+takes past timestamps), as the CloudWatch agent's ``force_flush_interval`` does: one request per
+flush instead of one per collection; the guardrails allow for the delay (``idle.publish_delay``).
+The first collection goes out at once, and what is left when neuron-monitor ends goes out then.
 
     >>> r = {"neuron_runtime_data": [], "neuron_hardware_info":
     ...      {"neuron_device_count": 16, "neuroncore_per_device_count": 8}}
@@ -181,7 +185,8 @@ def _instance_id(report: dict[str, Any]) -> str:
 
 
 def _publish(a: argparse.Namespace, data: list[dict[str, Any]]) -> None:
-    util, beat = data[:-1], data[-1:]
+    beat = [d for d in data if d["MetricName"] == a.heartbeat_metric]
+    util = [d for d in data if d["MetricName"] != a.heartbeat_metric]
     groups = [(a.namespace, util), (a.heartbeat_namespace, beat)]
     if a.namespace == a.heartbeat_namespace:
         groups = [(a.namespace, data)]
@@ -209,29 +214,46 @@ def main(argv: list[str] | None = None) -> int:
         "--interval",
         type=float,
         default=0.0,
-        help="publish at most once per this many seconds (each core's peak meanwhile); 0: "
+        help="collect at most once per this many seconds (each core's peak meanwhile); 0: "
         "every report",
+    )
+    ap.add_argument(
+        "--flush-interval",
+        type=float,
+        default=0.0,
+        help="send what was collected at most once per this many seconds, each datapoint with "
+        "its own timestamp; 0: at every collection",
     )
     a = ap.parse_args(argv)
     iid = ""
     pending: dict[str, float] = {}
-    last = float("-inf")
+    buffered: list[dict[str, Any]] = []
+    last = last_sent = float("-inf")
 
-    def flush() -> None:
+    def collect() -> None:
         nonlocal pending, last
         if pending:
-            _publish(
-                a,
-                datapoints_for(
-                    pending,
-                    instance_id=iid,
-                    metric=a.metric,
-                    device_dimension=a.device_dimension,
-                    heartbeat_metric=a.heartbeat_metric,
-                    per_device=a.per_device,
-                ),
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            points = datapoints_for(
+                pending,
+                instance_id=iid,
+                metric=a.metric,
+                device_dimension=a.device_dimension,
+                heartbeat_metric=a.heartbeat_metric,
+                per_device=a.per_device,
             )
+            buffered.extend({**p, "Timestamp": stamp} for p in points)
         pending, last = {}, time.monotonic()
+
+    def send(force: bool = False) -> None:
+        nonlocal buffered, last_sent
+        if buffered and (force or time.monotonic() - last_sent >= a.flush_interval):
+            _publish(a, buffered)
+            buffered, last_sent = [], time.monotonic()
+
+    def flush() -> None:
+        collect()
+        send()
 
     # Bytes, not text: one line that is not UTF-8 is skipped, it does not stop the publisher.
     for raw in sys.stdin.buffer:
@@ -251,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         merge_peak(pending, core_utilization(report, resolve_lnc(report, a.lnc)))
         if time.monotonic() - last >= a.interval:
             flush()
-    flush()  # neuron-monitor ended: what it reported since the last publish still goes out
+    collect()  # neuron-monitor ended: what it reported since the last publish still goes out
+    send(force=True)
     return 0
 
 

@@ -41,8 +41,12 @@ class UtilizationMetric:
 # of P seconds holds accelerators x P / PUBLISH_INTERVAL_S samples when every one reported.
 PUBLISH_INTERVAL_S = 60
 
-# What the guardrails read from a rollup per period: busy/idle, one idle accelerator, coverage.
-ROLLUP_STATS = ("Maximum", "Minimum", "SampleCount")
+# What the idle rule reads from a rollup per period: busy/idle (the busiest accelerator) and
+# coverage (how many values arrived). GetMetricData bills each statistic as one metric.
+ROLLUP_STATS = ("Maximum", "SampleCount")
+# ...and with ``idle.report_partial_idle`` (and in ``explain``) also the idlest accelerator, for
+# the "N of M devices idle (reported, not reclaimed)" note on a busy node: a third metric.
+ROLLUP_PARTIAL_IDLE_STATS = ("Maximum", "Minimum", "SampleCount")
 
 UTILIZATION_METRICS: dict[AcceleratorKind, UtilizationMetric] = {
     # CloudWatch agent nvidia_gpu plugin; `index` is the GPU ordinal.
@@ -89,10 +93,16 @@ NVIDIA_METRIC_PREFIX = "nvidia_smi_"
 
 # The agent's force_flush_interval (metrics section): it sends what it buffered once per this
 # many seconds, one PutMetricData request (up to 1,000 datums) per flush, so each node makes
-# 86,400 / AGENT_FLUSH_INTERVAL_S requests a day. Longer saves requests but delays the newest
-# datapoint by as much, and the idle rule counts that delay against ``idle.max_gap`` (5 min by
-# default): a node whose data arrives late reads as blind, never idle.
-AGENT_FLUSH_INTERVAL_S = 60
+# 86,400 / AGENT_FLUSH_INTERVAL_S requests a day (288 at 300 s, was 1,440 at 60 s). Collection
+# stays every PUBLISH_INTERVAL_S, so the datapoints keep their 1-minute resolution and their own
+# timestamps, but the newest arrive up to this late. The idle rule allows for that delay at the
+# end of the window only (``idle.publish_delay``, default this value): a hole inside the window
+# is still held to ``idle.max_gap``, and a node with no data is blind, never idle.
+AGENT_FLUSH_INTERVAL_S = 300
+# The Neuron publisher (coreburst/common/neuron_report.py) likewise collects once per
+# PUBLISH_INTERVAL_S and sends what it collected once per this many seconds (``--flush-interval``;
+# each datapoint keeps its own timestamp), so both families are late by at most as much.
+NEURON_FLUSH_INTERVAL_S = AGENT_FLUSH_INTERVAL_S
 # PutMetricData: at most 1,000 metric datums per request (the agent's max_datums_per_call; the
 # CloudWatch API Reference's limit; coreburst/common/neuron_report.py's MAX_METRICS_PER_PUT).
 PUT_MAX_DATUMS = 1000

@@ -18,6 +18,7 @@ from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.telemetry import (
     PUBLISH_INTERVAL_S,
     PUBLISHER_HEARTBEATS,
+    ROLLUP_PARTIAL_IDLE_STATS,
     ROLLUP_STATS,
     UTILIZATION_METRICS,
 )
@@ -216,9 +217,10 @@ class _Listing:
 
 @dataclass
 class _RollupWindow:
-    """The rollup periods already read, per instance, and up to when they were read."""
+    """The rollup periods already read, per instance, and up to when each was read (a node is
+    not read at every idle read: ``guardrails.rules.idle_reclaim``)."""
 
-    until: datetime
+    until: dict[str, datetime]
     periods: dict[str, list[PeriodStat]]  # per instance, in time order
 
 
@@ -245,6 +247,10 @@ class SeriesCache:
         self.idle_decisions: dict[str, Any] = {}
         # the last read as the state store has it, when another process made it
         self.idle_last_read: dict[str, Any] | None = None
+        # per node: not read before this time (it cannot be idle for the window until then)
+        self.idle_next: dict[str, datetime] = {}
+        # per node: its state at its own last read ("idle", "busy", "unknown")
+        self.idle_states: dict[str, str] = {}
 
     def idle_due(self, now: datetime, every: timedelta) -> bool:
         last = self.idle_read_at
@@ -370,17 +376,22 @@ def heartbeat_refs(kind: str, metric: MetricConfig, nodes: list[Node]) -> list[S
     ]
 
 
-def heartbeat_problem(beats: Series, now: datetime, max_gap: timedelta) -> str | None:
+def heartbeat_problem(
+    beats: Series, now: datetime, max_gap: timedelta, publish_delay: timedelta = timedelta(0)
+) -> str | None:
     """Why a node's publisher counts as dead (None while it is alive): no heartbeat in the
-    window, or none within ``max_gap`` of now. Its node is then blind, never idle."""
+    window, or none within ``max_gap + publish_delay`` of now (the publisher sends what it
+    buffered once per flush, so its newest heartbeat is up to that late). Its node is then
+    blind, never idle."""
     past = [t for t in beats.timestamps if t <= now]
     if not past:
         return "publisher dead: no heartbeat in the window (node-side Neuron publisher not running)"
     age = now - max(past)
-    if age > max_gap:
+    if age > max_gap + publish_delay:
         return (
             f"publisher dead: last heartbeat {int(age.total_seconds())}s ago "
-            f"(max gap {int(max_gap.total_seconds())}s)"
+            f"(max gap {int(max_gap.total_seconds())}s + publish delay "
+            f"{int(publish_delay.total_seconds())}s)"
         )
     return None
 
@@ -425,7 +436,7 @@ def fetch_utilization(
                 errors[ref.key] = "GetMetricData failed for this node's batch"
                 continue
             if i >= util_count:
-                why = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap)
+                why = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap, cfg.publish_delay)
                 if why and ref.key not in errors:
                     errors[ref.key] = why
                 continue
@@ -450,28 +461,37 @@ def fetch_rollups(
     cfg: IdleConfig,
     now: datetime,
     cache: SeriesCache | None = None,
+    *,
+    partial_idle: bool | None = None,
 ) -> tuple[dict[str, list[PeriodStat]], dict[str, str]]:
-    """Each node's per-instance rollup over the window (``PeriodStat`` per period: Maximum,
-    Minimum, SampleCount of every accelerator's values,
-    ``coreburst.common.telemetry.ROLLUP_STATS``),
-    plus nodes that could not be read (id -> why). Three metrics per instance whatever its
-    accelerator count; no ListMetrics: the dimension set is exactly {InstanceId}. Publisher
-    heartbeats are not read here (``fetch_heartbeats``: only for nodes the rollup leaves
-    blind, and in ``explain``): a live publisher's rollup already proves it is alive.
+    """Each node's per-instance rollup over the window (``PeriodStat`` per period: Maximum and
+    SampleCount of every accelerator's values, ``coreburst.common.telemetry.ROLLUP_STATS``, and
+    Minimum with ``partial_idle``: ``ROLLUP_PARTIAL_IDLE_STATS``; None: as
+    ``idle.report_partial_idle`` says), plus nodes that could not be read (id -> why). Two
+    metrics per instance (three with Minimum) whatever its accelerator count; no ListMetrics:
+    the dimension set is exactly {InstanceId}. Without Minimum a period's ``minimum`` is its
+    Maximum (an upper bound on the idlest accelerator). Publisher heartbeats are not read here
+    (``fetch_heartbeats``: only for nodes the rollup leaves blind, and in ``explain``): a live
+    publisher's rollup already proves it is alive.
 
-    With ``cache``, the periods already read are kept and only the periods since the last read
-    are asked for again, from ``max_gap + period`` before it (the most recent periods may still
-    have been filling). A node the window does not know yet, or whose read failed, is read over
-    the whole window. Without ``cache`` everything is read (``explain``, the check before an
-    action).
+    With ``cache``, the periods already read are kept per node and only the periods since that
+    node's last read are asked for again, from ``max_gap + publish_delay + period`` before it
+    (the most recent periods may still have been filling, or their datapoints still on their
+    way). A node the cache does not know, or whose read failed, is read over the whole window.
+    Nodes are read in one batch from the earliest start among them (GetMetricData bills per
+    metric, not per datapoint; one start keeps the calls at ceil(metrics / 500)). Without
+    ``cache`` everything is read (``explain``, the check before an action).
     """
+    partial = cfg.report_partial_idle if partial_idle is None else partial_idle
+    stats = ROLLUP_PARTIAL_IDLE_STATS if partial else ROLLUP_STATS
     period_s = int(cfg.period.total_seconds())
     win_start = _floor(now - cfg.window - cfg.period, period_s)
+    settle = cfg.max_gap + cfg.publish_delay + cfg.period
     out: dict[str, list[PeriodStat]] = {}
     errors: dict[str, str] = {}
-    # every family's nodes go into the same calls, grouped by where their read starts
-    groups: dict[datetime, list[tuple[Node, SeriesRef, _RollupWindow]]] = {}
-    windows: dict[tuple[str, ...], tuple[_RollupWindow, dict[str, list[PeriodStat]]]] = {}
+    group: list[tuple[Node, SeriesRef, _RollupWindow]] = []
+    windows: dict[tuple[str, ...], _RollupWindow] = {}
+    start = now
     for kind in sorted({n.accelerator_kind for n in nodes}):
         metric = cfg.metrics.get(kind)
         kind_nodes = [n for n in nodes if n.accelerator_kind == kind]
@@ -479,12 +499,17 @@ def fetch_rollups(
             for n in kind_nodes:
                 errors[n.instance_id] = f"no metric configured for {kind}"
             continue
-        key = (kind_nodes[0].region, metric.namespace, metric.metric_name, str(period_s))
+        key = (
+            kind_nodes[0].region,
+            metric.namespace,
+            metric.metric_name,
+            str(period_s),
+            ",".join(stats),
+        )
         w = cache.rollups.get(key) if cache else None
-        if w is None or not (win_start < w.until <= now):
-            w = _RollupWindow(now, {})
-        windows[key] = (w, {})
-        since = max(win_start, _floor(w.until - cfg.max_gap - cfg.period, period_s))
+        if w is None:
+            w = _RollupWindow({}, {})
+        windows[key] = w
         for n in kind_nodes:
             ref = SeriesRef(
                 n.instance_id,
@@ -493,37 +518,52 @@ def fetch_rollups(
                 metric.metric_name,
                 (("InstanceId", n.instance_id),),
             )
-            start = since if n.instance_id in w.periods else win_start
-            groups.setdefault(start, []).append((n, ref, w))
-    kept_by_window = {id(w): kept for w, kept in windows.values()}
-    k = len(ROLLUP_STATS)
-    for start, group in sorted(groups.items()):
-        items = [(ref, stat) for _, ref, _ in group for stat in ROLLUP_STATS]
-        data, failed = query_stats(cw, items, start=start, end=now, period_s=period_s)
-        for j, (n, _, w) in enumerate(group):
-            iid = n.instance_id
-            if any(j * k + o in failed for o in range(k)):
-                errors[iid] = "GetMetricData failed for this node's batch"
-                continue
-            mx, mn, sc = (data.get(j * k + o, Series()) for o in range(k))
-            if mx.timestamps == mn.timestamps == sc.timestamps:
-                # the usual answer: one datapoint per period in all three
-                fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
-            else:
-                mins = dict(zip(mn.timestamps, mn.values, strict=True))
-                counts = dict(zip(sc.timestamps, sc.values, strict=True))
-                # a period with a Maximum but no SampleCount still proves busy; as
-                # coverage it counts as zero samples (a hole)
-                fresh = [
-                    PeriodStat(t, v, mins.get(t, v), counts.get(t, 0.0))
-                    for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
-                ]
-            # periods read before and not asked for again, then this read's (ascending)
-            old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
-            kept_by_window[id(w)][iid] = out[iid] = old + fresh
+            until = w.until.get(n.instance_id)
+            since = win_start
+            if until is not None and win_start < until <= now:
+                since = max(win_start, _floor(until - settle, period_s))
+            start = min(start, since)
+            group.append((n, ref, w))
+    k = len(stats)
+    items = [(ref, stat) for _, ref, _ in group for stat in stats]
+    data, failed = (
+        query_stats(cw, items, start=start, end=now, period_s=period_s) if items else ({}, set())
+    )
+    has_min = "Minimum" in stats
+    for j, (n, _, w) in enumerate(group):
+        iid = n.instance_id
+        if any(j * k + o in failed for o in range(k)):
+            errors[iid] = "GetMetricData failed for this node's batch"
+            w.until.pop(iid, None)
+            w.periods.pop(iid, None)
+            continue
+        got = dict(zip(stats, (data.get(j * k + o, Series()) for o in range(k)), strict=True))
+        mx, sc = got["Maximum"], got["SampleCount"]
+        mn = got["Minimum"] if has_min else mx
+        if mx.timestamps == mn.timestamps == sc.timestamps:
+            # the usual answer: one datapoint per period in each
+            fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
+        else:
+            mins = dict(zip(mn.timestamps, mn.values, strict=True))
+            counts = dict(zip(sc.timestamps, sc.values, strict=True))
+            # a period with a Maximum but no SampleCount still proves busy; as
+            # coverage it counts as zero samples (a hole)
+            fresh = [
+                PeriodStat(t, v, mins.get(t, v), counts.get(t, 0.0))
+                for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
+            ]
+        # periods read before and not asked for again, then this read's (ascending)
+        old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
+        out[iid] = old + fresh
+        if cache is not None:
+            w.periods[iid], w.until[iid] = out[iid], now
     if cache is not None:
-        for wkey, (_, kept) in windows.items():
-            cache.rollups[wkey] = _RollupWindow(now, kept)
+        for wkey, w in windows.items():
+            # nodes not read this time keep what was read; a node gone or read too long ago
+            # for anything of it to be reused is dropped
+            for iid in [i for i, u in w.until.items() if u <= win_start]:
+                del w.until[iid], w.periods[iid]
+            cache.rollups[wkey] = w
     return out, errors
 
 
@@ -549,7 +589,9 @@ def fetch_heartbeats(
         if i in failed:
             out[ref.key] = "GetMetricData failed for the publisher heartbeat"
         else:
-            out[ref.key] = heartbeat_problem(data.get(i, Series()), now, cfg.max_gap)
+            out[ref.key] = heartbeat_problem(
+                data.get(i, Series()), now, cfg.max_gap, cfg.publish_delay
+            )
     return out
 
 

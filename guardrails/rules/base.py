@@ -135,6 +135,7 @@ def idle_params(cfg: GuardrailsConfig) -> IdleParams:
         threshold_percent=cfg.idle.threshold_percent,
         window=cfg.idle.window,
         max_gap=cfg.idle.max_gap,
+        publish_delay=cfg.idle.publish_delay,
         grace=cfg.reclaim.grace,
         max_exemption=cfg.reclaim.max_exemption,
         exempt_tag=cfg.reclaim.exempt_tag,

@@ -76,6 +76,7 @@ def utilization(
     *,
     catalog: Catalog | None = None,
     heartbeats: Literal["blind", "all"] = "blind",
+    partial_idle: bool | None = None,
 ) -> dict[str, Utilization]:
     """Each node's utilization over the window (``unknown`` where it could not be read): from
     the per-instance rollup where its family's metric has one (``idle.metrics.<kind>.rollup``),
@@ -84,7 +85,8 @@ def utilization(
     A publisher heartbeat (trn2) is read only for the nodes the rollup leaves blind, to say
     "publisher dead" rather than "no data" (a live publisher's rollup proves it alive);
     ``heartbeats="all"`` reads it for every such node (``explain``), and a dead one is then
-    blind whatever the rollup says."""
+    blind whatever the rollup says. ``partial_idle``: also read the rollup's Minimum (None: as
+    ``idle.report_partial_idle`` says; ``explain`` passes True)."""
     out: dict[str, Utilization] = {}
     params = idle_params(cfg)
     spp = aws.samples_per_period(cfg.idle)
@@ -99,7 +101,9 @@ def utilization(
         by_rollup = [n for n in rn if rolled(n)]
         per_device = [n for n in rn if not rolled(n)]
         if by_rollup:
-            periods, errors = aws.fetch_rollups(cw, by_rollup, cfg.idle, now, cache)
+            periods, errors = aws.fetch_rollups(
+                cw, by_rollup, cfg.idle, now, cache, partial_idle=partial_idle
+            )
             for n in by_rollup:
                 if n.instance_id in errors:
                     out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
@@ -162,57 +166,122 @@ def _marked_at(n: Node, marks: Mapping[str, Any], mark_tag: str) -> datetime | N
     return marked_at
 
 
-# kv key: when utilization was last read and which nodes were idle or blind then (the rest of
-# those running at that time were busy), so a fresh process (the Lambda builds one per
-# invocation) keeps ``idle.every`` and reports the last read between reads.
+# kv key: when utilization was last read, each node's state at its own last read ("idle",
+# "unknown"; "busy" is every other node with a next read) and the time before which each node
+# is not read again ("next", grouped by time so that 10,000 nodes fit one DynamoDB item), so a
+# fresh process (the Lambda builds one per invocation) keeps ``idle.every`` and the schedule,
+# and reports each node's last read between reads.
 LAST_READ_KEY = "idle-reclaim:last-read"
 
 
-def _as_last_read(n: Node, saved: Mapping[str, Any]) -> Utilization:
-    at = str(saved["at"])
-    if n.instance_id in saved.get("idle", ()):
-        return Utilization("idle", f"idle at the last read ({at})")
-    if n.instance_id in saved.get("unknown", ()):
+def _load_last_read(cache: aws.SeriesCache, got: Mapping[str, Any]) -> None:
+    cache.idle_read_at = parse_iso(got["at"])
+    cache.idle_last_read = dict(got)
+    nxt = {iid: parse_iso(t) for t, ids in (got.get("next") or {}).items() for iid in ids}
+    cache.idle_next = nxt
+    states = dict.fromkeys(nxt, "busy")
+    states.update(dict.fromkeys(got.get("idle", ()), "idle"))
+    states.update(dict.fromkeys(got.get("unknown", ()), "unknown"))
+    cache.idle_states = states
+
+
+def _last_read_record(cache: aws.SeriesCache, nodes: list[Node], now: datetime) -> dict[str, Any]:
+    here = {n.instance_id for n in nodes}
+    for gone in [i for i in cache.idle_states if i not in here]:
+        del cache.idle_states[gone]
+    for gone in [i for i in cache.idle_next if i not in here]:
+        del cache.idle_next[gone]
+    by_time: dict[str, list[str]] = {}
+    for iid, t in cache.idle_next.items():
+        by_time.setdefault(iso(t), []).append(iid)
+    st = cache.idle_states
+    return {
+        "at": iso(now),
+        "idle": sorted(k for k, v in st.items() if v == "idle"),
+        "unknown": sorted(k for k, v in st.items() if v == "unknown"),
+        "next": {t: sorted(ids) for t, ids in sorted(by_time.items())},
+    }
+
+
+def _as_last_read(n: Node, cache: aws.SeriesCache) -> Utilization:
+    """A node not read this cycle, as its own last read left it."""
+    iid = n.instance_id
+    state = cache.idle_states.get(iid)
+    nxt = cache.idle_next.get(iid)
+    after = f"; next read after {iso(nxt)}" if nxt is not None else ""
+    if state == "idle":
+        return Utilization("idle", f"idle at its last read{after} (its reclaim time)")
+    if state == "unknown":
         return Utilization(
-            "unknown", f"blind at the last read ({at}); `explain {n.instance_id}` says why"
+            "unknown",
+            f"blind at its last read{after}; `explain {iid}` says why",
+            idle_from=nxt,
         )
-    if n.launch_time <= parse_iso(at):
-        return Utilization("busy", f"busy at the last read ({at})")
+    if state == "busy":
+        return Utilization(
+            "busy",
+            f"busy at its last read{after}: it cannot have been idle for idle.window before then",
+            idle_from=nxt,
+        )
     return Utilization("unknown", "not read yet (utilization is read every idle.every)")
+
+
+def _schedule(cache: aws.SeriesCache, decisions: Mapping[str, Decision], marked: set[str]) -> None:
+    """When each decided node is next read: a busy node (or one with a hole longer than
+    max_gap) not before it could be idle for the whole window (``Utilization.idle_from``); an
+    idle node that carries a mark at its reclaim time (it is read fresh then, before any
+    action); any other node at the next read."""
+    for iid, d in decisions.items():
+        cache.idle_states[iid] = d.state
+        nxt = d.utilization.idle_from
+        if d.state == "idle" and d.step in ("mark", "wait") and iid in marked:
+            nxt = d.act_after
+        if nxt is None:
+            cache.idle_next.pop(iid, None)
+        else:
+            cache.idle_next[iid] = nxt
 
 
 def run(ctx: RuleContext) -> None:
     """Read utilization every ``idle.every`` (not every cycle: GetMetricData bills per metric
-    requested), decide and act. On a cycle in between, a node whose grace has run out is read
-    fresh and decided at once (an action is delayed by at most one cycle, never skipped); the
-    others keep their last decision in the report, and nothing else is read, tagged or sent.
-    Before any reclaim the node's whole window is read again without the cached periods, so an
-    action never rests on a window pieced together from earlier reads alone. The last read's
-    time and outcome are kept in the state store (``LAST_READ_KEY``), so a new process on the
-    same store keeps the cadence."""
+    requested), decide and act. At a read, only the nodes that could be idle by then are read
+    (``_schedule``): a node busy at its last read is not read again before its busy period
+    has left the window, a node marked idle not before its reclaim time; the others keep their
+    last read's decision in the report. On a cycle in between, a node whose grace has run out
+    is read fresh and decided at once (an action is delayed by at most one cycle, never
+    skipped); nothing else is read, tagged or sent. Before any reclaim the node's whole window
+    is read again without the cached periods, so an action never rests on a window pieced
+    together from earlier reads alone. The last read's time, each node's state and next read
+    are kept in the state store (``LAST_READ_KEY``), so a new process on the same store keeps
+    the cadence and the schedule."""
     now = ctx.clock.now()
     params = idle_params(ctx.cfg)
     cache = ctx.series_cache
     if cache.idle_read_at is None:
         got = ctx.state.get(LAST_READ_KEY)
         if got:  # another process read last (or this one before a restart)
-            cache.idle_read_at = parse_iso(got["at"])
-            cache.idle_last_read = got
-    saved = cache.idle_last_read
+            _load_last_read(cache, got)
     marks = ctx.state.marks()
     mark_tag = ctx.cfg.reclaim.mark_tag
     mark_times = {n.instance_id: _marked_at(n, marks, mark_tag) for n in ctx.nodes}
     report = ctx.report
     due = cache.idle_due(now, ctx.cfg.idle.every)
+    ripe_now = {
+        n.instance_id
+        for n in ctx.nodes
+        if (m := mark_times[n.instance_id]) is not None and now >= m + params.grace
+    }
     if due:
-        todo = list(ctx.nodes)
-        utils = utilization(ctx.aws, ctx.cfg, todo, now, cache, catalog=ctx.catalog)
-    else:
         todo = [
             n
             for n in ctx.nodes
-            if (m := mark_times[n.instance_id]) is not None and now >= m + params.grace
+            if n.instance_id in ripe_now
+            or (nxt := cache.idle_next.get(n.instance_id)) is None
+            or now >= nxt
         ]
+        utils = utilization(ctx.aws, ctx.cfg, todo, now, cache, catalog=ctx.catalog) if todo else {}
+    else:
+        todo = [n for n in ctx.nodes if n.instance_id in ripe_now]
         utils = utilization(ctx.aws, ctx.cfg, todo, now, None, catalog=ctx.catalog) if todo else {}
     decisions = {
         n.instance_id: decide(n, utils[n.instance_id], mark_times[n.instance_id], now, params)
@@ -225,33 +294,14 @@ def run(ctx: RuleContext) -> None:
             decisions[n.instance_id] = decide(
                 n, fresh[n.instance_id], mark_times[n.instance_id], now, params
             )
-    if due:
-        cache.idle_read_at = now
-        cache.idle_decisions = dict(decisions)
-        cache.idle_last_read = None
-        ctx.state.put(
-            LAST_READ_KEY,
-            {
-                "at": iso(now),
-                "idle": sorted(k for k, d in decisions.items() if d.state == "idle"),
-                "unknown": sorted(k for k, d in decisions.items() if d.state == "unknown"),
-            },
-        )
-    else:
-        cache.idle_decisions.update(decisions)
+    cache.idle_decisions.update(decisions)
     digests: dict[str, _Digest] = {}
     for n in ctx.nodes:
         d = decisions.get(n.instance_id)
         if d is None:
             last = cache.idle_decisions.get(n.instance_id)
             if last is None:
-                util = (
-                    _as_last_read(n, saved)
-                    if saved
-                    else Utilization(
-                        "unknown", "not read yet (utilization is read every idle.every)"
-                    )
-                )
+                util = _as_last_read(n, cache)
                 last = decide(n, util, mark_times[n.instance_id], now, params)
             # as last read; no step is taken between reads
             report.decisions.append(replace(last, step="none"))
@@ -268,6 +318,16 @@ def run(ctx: RuleContext) -> None:
             reason=d.reason,
         )
         _apply(ctx, n, d, digests)
+    if decisions:
+        has_mark = {k for k, m in mark_times.items() if m is not None}
+        if any(d.step == "mark" for d in decisions.values()):
+            has_mark |= set(ctx.state.marks())  # the marks this cycle made (none when standby)
+        _schedule(cache, decisions, has_mark)
+    if due:
+        cache.idle_read_at = now
+        here = {n.instance_id for n in ctx.nodes}
+        cache.idle_decisions = {k: v for k, v in cache.idle_decisions.items() if k in here}
+        ctx.state.put(LAST_READ_KEY, _last_read_record(cache, ctx.nodes, now))
     for who in sorted(digests):
         marked, reclaimed, unmarked = digests[who]
         if not (marked or reclaimed or unmarked):

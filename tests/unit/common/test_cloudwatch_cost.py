@@ -141,27 +141,56 @@ def test_metrics_per_node_follow_the_shipped_telemetry() -> None:
 
 
 def test_put_requests_follow_the_flush_interval() -> None:
-    # one request per flush while a flush holds <= 1,000 datums
-    assert put_requests_per_node_day("nvidia", 8, DEFAULT) == 1440
-    assert put_requests_per_node_day("nvidia", 8, DEFAULT, per_device=True) == 1440
+    # the agent flushes every 300 s: 5 collections x 8 GPUs = 40 datums, one request a flush
+    assert put_requests_per_node_day("nvidia", 8, DEFAULT) == 288
+    # per-device series too: 5 x 8 x 2 = 80 datums, still one request
+    assert put_requests_per_node_day("nvidia", 8, DEFAULT, per_device=True) == 288
+    # what the 60 s flush shipped before cost: one request a minute
+    assert put_requests_per_node_day("nvidia", 8, Cadence(300, 900, flush_interval_s=60)) == 1440
     slow = Cadence(300, 900, flush_interval_s=120)
     assert put_requests_per_node_day("nvidia", 8, slow) == 720
-    # the Neuron publisher: one call a minute, rollup + heartbeat in one namespace
-    assert put_requests_per_node_day("neuron", 64, DEFAULT) == 1440
+    # the Neuron publisher: collects once a minute, sends every 300 s, rollup + heartbeat in
+    # one namespace: 10 datums, one request a flush (was one a minute)
+    assert put_requests_per_node_day("neuron", 64, DEFAULT) == 288
+    old_neuron = Cadence(300, 900, neuron_flush_interval_s=60)
+    assert put_requests_per_node_day("neuron", 64, old_neuron) == 1440
+    # per-core series: 5 x (64 + 2) = 330 datums, one request
+    assert put_requests_per_node_day("neuron", 64, DEFAULT, per_device=True) == 288
     # 1,001 datums a flush take two requests
     big = Cadence(300, 900, flush_interval_s=60 * 126)  # 8 x 126 = 1,008 datums
     assert put_requests_per_node_day("nvidia", 8, big) == pytest.approx(86_400 / 7_560 * 2)
+
+
+@pytest.mark.parametrize(
+    ("cadence", "every_s"),
+    [
+        (DEFAULT, 1500),  # 30 - 5 - 1 = 24 min, rounded up to the 5-min reads: 25 min
+        (Cadence(300, 900, window_s=3600), 3300),  # 60 - 5 - 1 = 54 -> 55 min
+        (Cadence(60, 900), 1440),  # 1-min reads: 24 min
+        (Cadence(300, 900, publish_delay_s=0), 1800),  # 30 - 0 - 1 = 29 -> 30 min
+        (Cadence(300, 900, window_s=300), 300),  # never less than idle.every
+    ],
+)
+def test_a_busy_node_is_read_once_its_busy_minute_leaves_the_window(
+    cadence: Cadence, every_s: int
+) -> None:
+    assert cadence.busy_read_every_s == every_s
 
 
 def test_thousand_p5_at_default_cadence_term_by_term() -> None:
     b = bill([FleetGroup("p5.48xlarge", 1000)], CAT, DEFAULT)
     assert b.custom_metrics == 1000
     assert b.custom_usd_day == pytest.approx(1000 * 0.30 * DAY)  # $9.86
-    assert b.put_requests_day == 1000 * 1440
-    assert b.put_usd_day == pytest.approx(14.40)
-    assert b.get_metrics_day == 1000 * (3 * 288 + 96)
-    assert b.get_usd_day == pytest.approx(9.60)
-    assert b.total_usd_day == pytest.approx(1000 * 0.30 * DAY + 14.40 + 9.60)
+    assert b.put_requests_day == 1000 * 288  # a flush every 5 min
+    assert b.put_usd_day == pytest.approx(2.88)
+    # a busy node's rollup (Maximum, SampleCount) every 25 min: 86,400 / 1,500 = 57.6 reads;
+    # NetworkOut every 15 min: 96
+    assert b.get_idle_metrics_day == pytest.approx(1000 * 2 * 57.6)
+    assert b.get_egress_metrics_day == 1000 * 96
+    assert b.get_metrics_day == pytest.approx(1000 * (2 * 57.6 + 96))
+    assert b.get_usd_day == pytest.approx(2.112)
+    assert b.total_usd_day == pytest.approx(1000 * 0.30 * DAY + 2.88 + 2.112)  # $14.86
+    assert b.total_usd_day <= 15.0
     assert b.unverified and "aws-cloudwatch-pricing" in b.source
     assert [t for t, _, _ in b.lines()] == [
         "custom metrics",
@@ -173,6 +202,29 @@ def test_thousand_p5_at_default_cadence_term_by_term() -> None:
     assert tiered_usd_per_month(36 * 1000, TIERS) * DAY == pytest.approx(184.11, abs=0.01)
 
 
+def test_the_partial_idle_note_costs_a_third_metric_per_read() -> None:
+    on = bill([FleetGroup("p5.48xlarge", 1000)], CAT, Cadence(300, 900, partial_idle=True))
+    assert on.get_idle_metrics_day == pytest.approx(1000 * 3 * 57.6)
+    assert on.get_usd_day == pytest.approx(2.688)
+    # over the $15 goal: which is why it is off by default
+    assert on.total_usd_day == pytest.approx(1000 * 0.30 * DAY + 2.88 + 2.688)
+    assert on.total_usd_day > 15.0
+
+
+def test_the_old_defaults_cost_what_they_did() -> None:
+    """A 60 s flush, every node's three statistics every 5 min: $33.86 (issue 23, item 4)."""
+
+    class EveryRead(Cadence):
+        @property
+        def busy_read_every_s(self) -> float:
+            return self.idle_every_s
+
+    old = EveryRead(300, 900, partial_idle=True, flush_interval_s=60)
+    b = bill([FleetGroup("p5.48xlarge", 1000)], CAT, old)
+    assert (b.put_usd_day, b.get_usd_day) == (pytest.approx(14.40), pytest.approx(9.60))
+    assert round(b.total_usd_day, 2) == 33.86
+
+
 def test_egress_off_and_mixed_fleet() -> None:
     b = bill(
         [FleetGroup("p5.48xlarge", 10, per_device=True), FleetGroup("trn2.48xlarge", 4)],
@@ -181,4 +233,4 @@ def test_egress_off_and_mixed_fleet() -> None:
     )
     assert b.nodes == 14
     assert b.custom_metrics == 10 * 9 + 4 * 2
-    assert b.get_metrics_day == 14 * 3 * 288
+    assert b.get_metrics_day == pytest.approx(14 * 2 * 57.6)

@@ -214,9 +214,11 @@ def test_a_fresh_daemon_on_the_same_store_keeps_both_cadences(
     """Each cycle by a new Daemon on a new store handle (what each Lambda invocation does).
     Within ``idle.every`` / ``egress.every`` of the last read, a new daemon reads neither the
     rollup nor NetworkOut, and reports the last read's states rather than "not read yet";
-    after the interval it reads again."""
+    after the interval it reads again, but only the nodes the schedule says are due (kept in
+    the store too): the blind node at every read, the busy node once its busy minute has left
+    the 10-minute window, the idle node (marked) not before its reclaim time."""
     aws, ec2, cw = fleet
-    idle_id, busy_id = (launch(ec2, "p5.48xlarge", {})[0] for _ in range(2))
+    idle_id, busy_id, blind_id = (launch(ec2, "p5.48xlarge", {})[0] for _ in range(3))
     nodes = inventory(ec2, "us-east-1", ["p5.48xlarge"], load_catalog())
     now = max(n.launch_time for n in nodes).replace(second=0, microsecond=0) + timedelta(hours=1)
     publish(
@@ -224,6 +226,7 @@ def test_a_fresh_daemon_on_the_same_store_keeps_both_cadences(
         [
             FleetNode(idle_id, "us-east-1", "nvidia", 8, "idle"),
             FleetNode(busy_id, "us-east-1", "nvidia", 8, "busy"),
+            FleetNode(blind_id, "us-east-1", "nvidia", 8, "missing"),
         ],
         now - timedelta(minutes=45),
         now + timedelta(minutes=20),
@@ -232,26 +235,38 @@ def test_a_fresh_daemon_on_the_same_store_keeps_both_cadences(
     cfg = _daemon_cfg(tmp_path)
     sent = _queries(cw)
 
-    def invocation(minute: int) -> tuple[list[str], dict[str, str]]:
+    def invocation(minute: int) -> tuple[list[str], set[str], dict[str, str]]:
         store = store_opener()
         d = Daemon(cfg, aws, store, clock=FakeClock(now + timedelta(minutes=minute)))
         k = len(sent)
         r = d.run_cycle()
         d.close()
         store.close()
-        return _names(sent[k:]), {x.instance_id: x.state for x in r.decisions}
+        read = {
+            q["MetricStat"]["Metric"]["Dimensions"][0]["Value"]
+            for call in sent[k:]
+            for q in call
+            if q["MetricStat"]["Metric"]["MetricName"] == GPU_NAME
+        }
+        return _names(sent[k:]), read, {x.instance_id: x.state for x in r.decisions}
 
-    names, states = invocation(0)
-    assert "NetworkOut" in names and GPU_NAME in names
-    assert states == {idle_id: "idle", busy_id: "busy"}
+    last_read = {idle_id: "idle", busy_id: "busy", blind_id: "unknown"}
+    names, read, states = invocation(0)
+    assert "NetworkOut" in names and read == {idle_id, busy_id, blind_id}
+    assert states == last_read
     for minute in (1, 4):
-        names, states = invocation(minute)
+        names, read, states = invocation(minute)
         assert names == []  # nothing read for idle or egress
-        assert states == {idle_id: "idle", busy_id: "busy"}  # as last read
-    names, _ = invocation(5)  # idle.every (5m) has passed, egress.every (15m) has not
-    assert GPU_NAME in names and "NetworkOut" not in names
-    names, _ = invocation(15)
-    assert "NetworkOut" in names
+        assert states == last_read  # as last read
+    # idle.every (5m) has passed, egress.every (15m) has not: only the blind node is due (the
+    # busy node's minute at now - 1 is in the window until now + 9; the idle one is marked)
+    names, read, states = invocation(5)
+    assert read == {blind_id} and "NetworkOut" not in names
+    assert states == last_read
+    names, read, _ = invocation(10)  # the busy minute has left the window: read again
+    assert read == {busy_id, blind_id} and "NetworkOut" not in names
+    names, read, _ = invocation(15)
+    assert "NetworkOut" in names and read == {blind_id}
 
 
 GPU_NAME = UTILIZATION_METRICS["nvidia"].metric_name
@@ -291,10 +306,10 @@ def test_heartbeat_read_only_for_blind_trn2_and_for_every_trn2_in_explain(fleet:
 
 
 # -- org-scan reads the rollup -------------------------------------------------------------------
-def test_org_scan_region_reads_three_metrics_per_instance(fleet: Any) -> None:
+def test_org_scan_region_reads_two_metrics_per_instance(fleet: Any) -> None:
     """Before: every per-device series (8 per p5, after ListMetrics pages). Now: the rollup's
-    three statistics per instance, GetMetricData calls <= ceil(3 x instances / 500) + 1, no
-    ListMetrics, and the same states the daemon decides."""
+    two statistics per instance (Maximum, SampleCount), GetMetricData calls <=
+    ceil(2 x instances / 500) + 1, no ListMetrics, and the same states the daemon decides."""
     aws, ec2, cw = fleet
     ids = launch(ec2, "p5.48xlarge", {}, count=180)
     nodes = inventory(ec2, "us-east-1", ["p5.48xlarge"], load_catalog())
@@ -313,8 +328,8 @@ def test_org_scan_region_reads_three_metrics_per_instance(fleet: Any) -> None:
     rows = org.scan_region(aws, cfg, "us-east-1", load_catalog(), now)
     calls = {k: v - before.get(k, 0) for k, v in aws.counter.calls.items()}
     assert calls.get("ListMetrics", 0) == 0
-    assert calls["GetMetricData"] <= math.ceil(3 * len(ids) / 500) + 1
-    assert len(_names(sent)) == 3 * len(ids)
+    assert calls["GetMetricData"] <= math.ceil(2 * len(ids) / 500) + 1
+    assert len(_names(sent)) == 2 * len(ids)
     got = {r.instance_id: r.state for r in rows}
     assert got == {
         ids[k]: {"idle": "idle", "busy": "busy", "missing": "unknown"}[profiles[k % 3]]

@@ -83,11 +83,18 @@ def test_gap_inside_window_is_unknown() -> None:
 
 
 def test_stale_data_is_unknown() -> None:
-    # last datapoint 8 minutes ago (> 5 min max gap)
-    series = {str(i): flat(1.0, range(30, 7, -1)) for i in range(8)}
+    # last datapoint 11 minutes ago (> 5 min max gap + 5 min publish delay, the default)
+    series = {str(i): flat(1.0, range(30, 10, -1)) for i in range(8)}
     u = assess_utilization(series, 8, NOW, P)
     assert u.state == "unknown"
-    assert "stale" in u.reason and "480s" in u.reason
+    assert "stale" in u.reason and "660s" in u.reason
+    # 8 minutes ago: the agent's last flush may still be on its way (within max gap + delay)
+    late = {str(i): flat(1.0, range(30, 7, -1)) for i in range(8)}
+    assert assess_utilization(late, 8, NOW, P).state == "idle"
+    # with no publish delay allowed, 8 minutes is stale again (> 5 min max gap)
+    strict = IdleParams(window=P.window, max_gap=P.max_gap, publish_delay=timedelta(0))
+    u = assess_utilization(late, 8, NOW, strict)
+    assert u.state == "unknown" and "stale" in u.reason and "480s" in u.reason
 
 
 def test_no_data_is_unknown_never_idle() -> None:

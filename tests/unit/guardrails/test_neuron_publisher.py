@@ -225,19 +225,64 @@ def test_an_application_on_eight_cores_reads_as_busy() -> None:
     assert d.state == "busy" and "97.2" in d.reason
 
 
-@pytest.mark.parametrize("stopped", [None, timedelta(minutes=5)])
+@pytest.mark.parametrize("stopped", [None, timedelta(minutes=8)])
 def test_a_dead_publisher_reads_as_blind_never_idle(stopped: timedelta | None) -> None:
-    """The publisher never ran, or stopped 5 min ago (max gap 2 min): the rollup has a hole,
-    so the node is blind, never reclaimed; the heartbeat, read because the rollup is blind,
-    says why ("publisher dead" rather than a bare gap)."""
+    """The publisher never ran, or stopped 8 min ago (max gap 2 min + publish delay 5 min):
+    the rollup has a hole, so the node is blind, never reclaimed; the heartbeat, read because
+    the rollup is blind, says why ("publisher dead" rather than a bare gap)."""
     d = _decide(stopped, "report_no_application.json")
     assert d.state == "unknown" and d.step == "none", d.reason
     assert "publisher dead" in d.reason
     if stopped is not None:
         # the beat's 1-minute period is stamped at its start (the read is minute-aligned), so
-        # the age is an upper bound: 300 s plus the seconds into that minute
+        # the age is an upper bound: 480 s plus the seconds into that minute
         age = int(d.reason.split("last heartbeat ", 1)[1].split("s ago", 1)[0])
-        assert 300 <= age < 360, d.reason
+        assert 480 <= age < 540, d.reason
+        assert "publish delay 300s" in d.reason
+
+
+def test_a_publisher_whose_last_flush_is_still_on_its_way_is_not_dead() -> None:
+    """Nothing for the last 5 min (one flush of --flush-interval 300 not arrived yet): within
+    max gap + publish delay, so the node is decided from what arrived (idle), not blind."""
+    d = _decide(timedelta(minutes=5), "report_no_application.json")
+    assert d.state == "idle", d.reason
+
+
+def test_the_publisher_buffers_its_collections_and_sends_once_per_flush(tmp_path: Path) -> None:
+    """``--flush-interval``: the first collection goes out at once, later ones wait for the
+    flush (here: neuron-monitor ends first) and go out in one request, each datapoint with the
+    timestamp of its own collection (ISO 8601, which put-metric-data's JSON takes)."""
+    rec = tmp_path / "calls.jsonl"
+    fake = tmp_path / "aws"
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\n"
+        f"open({str(rec)!r}, 'a').write(json.dumps(sys.argv[1:]) + '\\n')\n"
+    )
+    fake.chmod(0o755)
+    names = ["report_no_application.json", "report_one_app_8_cores.json"] * 2
+    lines = "\n".join(json.dumps(_report(n)) for n in names) + "\n"
+    script = tmp_path / "pub.py"
+    script.write_text(neuron_publisher_source())
+    cmd = neuron_publisher_command(2).split()[2:]
+    assert cmd[cmd.index("--flush-interval") + 1] == "300"
+    cmd[cmd.index("--interval") + 1] = "0"  # collect every report (the test has no minutes)
+    r = subprocess.run(
+        [sys.executable, str(script), *cmd],
+        input=lines.encode(),
+        check=False,
+        capture_output=True,
+        env={**os.environ, "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    calls = [json.loads(x) for x in rec.read_text().splitlines()]
+    assert len(calls) == 2  # 4 collections: the first at once, the other 3 in one flush
+    first, rest = (json.loads(c[5]) for c in calls)
+    assert [p["MetricName"] for p in first] == [NEURON.metric_name, BEAT.metric_name]
+    assert [p["MetricName"] for p in rest] == [NEURON.metric_name, BEAT.metric_name] * 3
+    assert [p["StatisticValues"]["Maximum"] for p in rest[::2]] == [97.25, 0.0, 97.25]
+    for p in first + rest:
+        assert datetime.strptime(p["Timestamp"], "%Y-%m-%dT%H:%M:%SZ")
 
 
 def test_a_metric_someone_else_publishes_needs_no_heartbeat() -> None:

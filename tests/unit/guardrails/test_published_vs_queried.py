@@ -124,7 +124,7 @@ def test_agent_config_is_valid_under_the_agents_schema(per_device: bool) -> None
     validator.validate(cfg)
     # force_flush_interval belongs to the metrics section (the agent's translator reads it
     # there: translator/translate/metrics/ruleForceFlushInterval.go), not to the agent section
-    assert cfg["metrics"]["force_flush_interval"] == AGENT_FLUSH_INTERVAL_S
+    assert cfg["metrics"]["force_flush_interval"] == AGENT_FLUSH_INTERVAL_S == 300
     assert "force_flush_interval" not in cfg["agent"]
 
 
@@ -138,6 +138,10 @@ def test_series_reader_agrees_with_the_agents_translation_of_drop_original_metri
         for k in translated["exporters"]["awscloudwatch"]["drop_original_metrics"]
         if k.startswith("nvidia_smi_")
     }
+    # The sample sets no force_flush_interval: 1m0s is the translator's default (60 s,
+    # ruleForceFlushInterval.go's DefaultTimeIntervalCase), so the config we ship must set the
+    # key itself for its 300 s flush (test_agent_config_is_valid_under_the_agents_schema).
+    assert "force_flush_interval" not in sample["metrics"]
     assert translated["exporters"]["awscloudwatch"]["force_flush_interval"] == "1m0s"
     sample["metrics"]["aggregation_dimensions"] = [["InstanceId"]]
     ours = agent_config_series(json.dumps(sample))

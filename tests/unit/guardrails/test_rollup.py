@@ -41,6 +41,7 @@ import coreburst.common.neuron_report as nr
 from coreburst.common.catalog import load_catalog
 from coreburst.common.telemetry import (
     PUBLISHER_HEARTBEATS,
+    ROLLUP_PARTIAL_IDLE_STATS,
     ROLLUP_STATS,
     UTILIZATION_METRICS,
     cloudwatch_agent_config,
@@ -155,7 +156,7 @@ def _rollup_answers(backend: Any, get_metric_data: Any, t0: datetime) -> dict[st
             },
         }
         for iid in ("i-a", "i-b", "i-c")
-        for stat in (*ROLLUP_STATS, "Sum")
+        for stat in (*ROLLUP_PARTIAL_IDLE_STATS, "Sum")
     ]
     t0 = t0.replace(tzinfo=None)  # moto keeps naive UTC datetimes
     got = get_metric_data(backend, queries, t0, t0 + timedelta(minutes=3), "TimestampAscending")
@@ -326,7 +327,13 @@ def _queries(cw: Any) -> list[list[dict[str, Any]]]:
     return seen
 
 
-def test_rollup_decisions_three_metrics_per_instance_no_listing(fleet: Any) -> None:
+@pytest.mark.parametrize("partial_idle", [False, True])
+def test_rollup_decisions_two_metrics_per_instance_no_listing(
+    fleet: Any, partial_idle: bool
+) -> None:
+    """By default the rollup's Maximum and SampleCount (2 metrics per instance); with
+    ``idle.report_partial_idle`` also its Minimum (3), for the "devices idle in every period"
+    note on a busy node. The decisions are the same either way."""
     aws, ec2, cw = fleet
     plan = {
         "idle": ("p5.48xlarge", 8, "idle"),
@@ -352,16 +359,18 @@ def test_rollup_decisions_three_metrics_per_instance_no_listing(fleet: Any) -> N
     )
     sent = _queries(cw)
     before = dict(aws.counter.calls)
-    cfg = parse_config(IDLE)
+    flag = str(partial_idle).lower()
+    cfg = parse_config(f"idle: {{window: 10m, max_gap: 2m, report_partial_idle: {flag}}}\n")
     utils = utilization(aws, cfg, nodes, now)
     got = {k: utils[i] for k, i in ids.items()}
     assert got["idle"].state == "idle" and "all 8 devices below 5%" in got["idle"].reason
     assert got["seven"].state == "unknown"
     assert "only 7 of 8 accelerator series present" in got["seven"].reason
     assert got["busy"].state == "busy"
-    assert (
-        got["one-idle"].state == "busy" and "devices idle in every period" in got["one-idle"].reason
-    )
+    assert got["one-idle"].state == "busy"
+    # the note needs the idlest accelerator (Minimum): only with report_partial_idle
+    assert ("devices idle in every period" in got["one-idle"].reason) == partial_idle
+    assert "devices idle" not in got["busy"].reason
     assert got["missing"].state == "unknown"
     assert got["trn"].state == "idle" and "all 64 devices" in got["trn"].reason
     assert got["trn-63"].state == "unknown" and "only 63 of 64" in got["trn-63"].reason
@@ -374,14 +383,17 @@ def test_rollup_decisions_three_metrics_per_instance_no_listing(fleet: Any) -> N
         for q in rollup
         if q["MetricStat"]["Metric"]["MetricName"] != "coreburst_publisher_heartbeat"
     ]
-    assert len(util_q) == 3 * len(nodes)  # Maximum, Minimum, SampleCount per instance
-    assert sorted({q["MetricStat"]["Stat"] for q in util_q}) == sorted(ROLLUP_STATS)
+    stats = ROLLUP_PARTIAL_IDLE_STATS if partial_idle else ROLLUP_STATS
+    k = len(stats)
+    assert k == (3 if partial_idle else 2)
+    assert len(util_q) == k * len(nodes)  # Maximum, SampleCount (+ Minimum) per instance
+    assert sorted({q["MetricStat"]["Stat"] for q in util_q}) == sorted(stats)
     # a heartbeat only for the trn2 the rollup leaves blind (its publisher is alive, so the
     # reason stays the rollup's); the idle trn2's complete rollup already proves it alive
     beats = [q for q in rollup if q not in util_q]
     assert [q["MetricStat"]["Metric"]["Dimensions"][0]["Value"] for q in beats] == [ids["trn-63"]]
-    assert len(queries) == 3 * len(nodes) + 1
-    assert calls["GetMetricData"] <= math.ceil(3 * len(nodes) / 500) + 1
+    assert len(queries) == k * len(nodes) + 1
+    assert calls["GetMetricData"] <= math.ceil(k * len(nodes) / 500) + 1
     # explain still shows every GPU's own series
     rows = per_device_stats(aws, cfg, next(n for n in nodes if n.instance_id == ids["idle"]), now)
     assert sorted(r.device for r in rows) == [str(i) for i in range(8)]
@@ -404,18 +416,19 @@ def test_incremental_read_asks_only_recent_periods_and_decides_the_same(fleet: A
         "provide-client-params.cloudwatch.GetMetricData",
         lambda params, **_: starts.append(params["StartTime"]),
     )
-    cfg = parse_config(IDLE).idle
+    cfg = parse_config("idle: {window: 10m, max_gap: 2m, period: 1m, publish_delay: 1m}").idle
     cache = SeriesCache()
     fetch_rollups(cw, nodes, cfg, now, cache)
     later = now + timedelta(minutes=5)
     second, _ = fetch_rollups(cw, nodes, cfg, later, cache)
     full, _ = fetch_rollups(cw, nodes, cfg, later)
-    # first read: the whole window; then from max_gap + period before the last read
+    # first read: the whole window; then from max_gap + publish_delay + period before the last
+    # read (2 + 1 + 1 min: datapoints up to publish_delay late may have arrived since)
     assert starts[0] == now - timedelta(minutes=11)
-    assert starts[1] == now - timedelta(minutes=3)
+    assert starts[1] == now - timedelta(minutes=4)
     assert starts[2] == later - timedelta(minutes=11)
     assert second[iid] == full[iid] and len(full[iid]) >= 11
-    p = IdleParams(window=cfg.window, max_gap=cfg.max_gap)
+    p = IdleParams(window=cfg.window, max_gap=cfg.max_gap, publish_delay=cfg.publish_delay)
     assert assess_rollup(second[iid], 8, later, p) == assess_rollup(full[iid], 8, later, p)
 
 

@@ -35,8 +35,9 @@ def test_plan_prints_each_cloudwatch_term_and_the_all_in(tmp_path: Path, per_dev
     assert want.custom_metrics == (18 if per_device else 2)
     doc = json.loads(json.dumps(to_json(report)))["cloudwatchPerDay"]
     assert doc["customMetrics"] == want.custom_metrics
-    assert doc["putMetricDataRequests"] == 2 * 1440
-    assert doc["getMetricDataMetrics"] == 2 * 960
+    assert doc["putMetricDataRequests"] == 2 * 288  # an agent flush every 5 min
+    # each busy node's rollup (2 metrics) every 25 min, NetworkOut every 15 min
+    assert doc["getMetricDataMetrics"] == round(2 * (2 * 57.6 + 96))
     assert doc["totalUsd"] == round(want.total_usd_day, 2) and doc["unverified"] is True
     md = to_markdown(report)
     line = next(x for x in md.splitlines() if x.startswith("guardrails' CloudWatch per day"))
