@@ -69,6 +69,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
+from coreburst.common import admin_comment
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.onprem.parsers import (
     NVIDIA_SMI_FIELDS,
@@ -415,6 +416,11 @@ def fail_node(
             return ""
 
     jobs = step("-h", "-w", node, "-o", "%A", tool="squeue").split()
+    # their AdminComments, one read for all (a note replaces only coreburst's own of its kind)
+    notes: dict[str, str | None] = {}
+    if jobs:
+        notes = admin_comment.comments(step("-o", "show", "job"))
+    read = bool(jobs) and not errors
     step("update", f"nodename={node}", "state=down", f"reason={HEALTH_REASON}: {why}")
     step(
         "update",
@@ -425,12 +431,14 @@ def fail_node(
     )
     step("update", f"nodename={node}", "state=power_down_force")
     for job in jobs:
-        step(
-            "update",
-            f"jobid={job}",
-            f"AdminComment=coreburst: burst node {node} failed its health check ({why}); "
-            f"requeued {when}",
-        )
+        have = notes.get(job, "" if read else None)
+        text = f"coreburst: burst node {node} failed its health check ({why}); requeued {when}"
+        value = None if have is None else admin_comment.merge(have, "requeue", text)
+        if value is None:  # never overwrite a comment that could not be read
+            errors.append(f"job {job}: AdminComment unreadable or full, not noted")
+            log.error("node-check %s: job %s: AdminComment unreadable, not noted", node, job)
+        else:
+            step("update", f"jobid={job}", f"AdminComment={value}")
         step("update", f"jobid={job}", "StartTime=now")
     if audit is not None:
         audit(

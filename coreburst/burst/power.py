@@ -47,6 +47,7 @@ from coreburst.burst.config import BurstStack, GateLimits, gate_limits
 from coreburst.burst.cost import slurm_hours
 from coreburst.burst.hostlist import HostlistError, compress, expand
 from coreburst.burst.slurmconf import NodeSet, node_set_of
+from coreburst.common import admin_comment
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.ec2errors import UNFULFILLABLE, classify, resolve
 from coreburst.common.pricing import instance_rate
@@ -275,6 +276,12 @@ class Power:
         self._jobs: list[tuple[str, list[str]]] = []
         self._owner_tags: dict[str, dict[str, str]] | None = None
         self._hours: dict[str, float] = {}  # job -> time limit in hours, read once per run
+        # ``scontrol -o show job`` of every job, read once per run (None: not yet; "": failed)
+        # and the AdminComment of each job read (None: unreadable), kept current as this run
+        # writes notes
+        self._all_jobs: str | None = None
+        self._jobs_read = False
+        self._comments: dict[str, str | None] = {}
 
     @property
     def claims(self) -> Claims:
@@ -728,12 +735,10 @@ class Power:
         if not first:
             return {}
         who: dict[str, tuple[str, str]] = {}
-        read = True
-        try:
-            out = self.slurm.scontrol("-o", "show", "job")
-        except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
-            log.warning("job owners unknown (%s): instances get their job id only", exc)
-            out, read = "", False
+        out = self.all_jobs()
+        read = self._jobs_read
+        if not read:
+            log.warning("job owners unknown: instances get their job id only")
         ids = set(first.values())
         for line in out.splitlines():
             f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
@@ -760,16 +765,46 @@ class Power:
             tags[n] = t
         return tags
 
-    def note_jobs(self, jobs: Iterable[str], text: str) -> None:
-        """Say on each job why it waits (``scontrol show job`` shows ``AdminComment=``; only
-        an administrator can set it, so a user cannot overwrite it). One line; a job Slurm
-        no longer knows is skipped."""
-        line = " ".join(text.split())[:900]
-        for job in dict.fromkeys(jobs):
+    def all_jobs(self) -> str:
+        """``scontrol -o show job`` of every job, read once per run (the owners, time limits
+        and AdminComments of the jobs this run acts for); "" when Slurm could not say."""
+        if self._all_jobs is None:
             try:
-                self.slurm.scontrol("update", f"jobid={job}", f"AdminComment={line}")
+                self._all_jobs = self.slurm.scontrol("-o", "show", "job")
+                self._jobs_read = True
+                for job, comment in admin_comment.comments(self._all_jobs).items():
+                    self._comments.setdefault(job, comment)
+            except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
+                log.warning("cannot read the jobs (scontrol -o show job): %s", exc)
+                self._all_jobs = ""
+        return self._all_jobs
+
+    def note_jobs(self, jobs: Iterable[str], kind: str, text: str) -> None:
+        """Say on each job why it waits (``scontrol show job`` shows ``AdminComment=``; only
+        an administrator can set it, so a user cannot overwrite it): ``text`` replaces the
+        job's previous coreburst note of ``kind`` and the rest is kept (a site's own text,
+        coreburst's other notes; coreburst.common.admin_comment). Each job's AdminComment
+        comes from a read this run already made (its one read of all jobs, or of the job's
+        time limit), else from one read of all jobs. A job whose comment cannot be read is
+        not noted (its text is never overwritten blind); one Slurm does not list is noted
+        from empty (the update then fails if Slurm does not know it)."""
+        wanted = list(dict.fromkeys(jobs))
+        if not wanted:
+            return
+        if any(j not in self._comments for j in wanted):
+            self.all_jobs()
+        for job in wanted:
+            have = self._comments.get(job, "" if self._jobs_read else None)
+            value = None if have is None else admin_comment.merge(have, kind, text)
+            if value is None:
+                log.warning("job %s: AdminComment unreadable or full; not noted: %s", job, text)
+                continue
+            try:
+                self.slurm.scontrol("update", f"jobid={job}", f"AdminComment={value}")
             except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
                 log.warning("cannot note job %s: %s", job, exc)
+                continue
+            self._comments[job] = value
 
     def fail_nodes(
         self, failed: dict[str, str], jobs: list[tuple[str, list[str]]] | None = None
@@ -791,6 +826,7 @@ class Power:
             mine = set(nodes)
             self.note_jobs(
                 [j for j, jn in jobs or [] if mine.intersection(jn)],
+                "requeue",
                 f"coreburst: burst launch for {hl} failed ({code}: {cls}); requeued "
                 f"{self.now():%Y-%m-%d %H:%M:%SZ}",
             )
@@ -902,6 +938,7 @@ class Power:
         mine = set(names)
         self.note_jobs(
             [j for j, jn in jobs or [] if mine.intersection(jn)],
+            "burst",
             f"coreburst: burst paused ({why}); requeued, waits for the core or a retry",
         )
         self.release(names)
@@ -918,6 +955,8 @@ class Power:
             return self._limit_hours(None)
         m = re.search(r"\bTimeLimit=(\S+)", out)
         self._hours[job_id] = self._limit_hours(m.group(1) if m else None)
+        for job, comment in admin_comment.comments(out).items():  # for a note on it later
+            self._comments.setdefault(job, comment)
         return self._hours[job_id]
 
     def _limit_hours(self, time_limit: str | None) -> float:
@@ -953,7 +992,9 @@ class Power:
                 if unknown
                 else f"${rate:,.2f}/h, projected ${rate * hours:,.2f} over its {hours:g} h limit"
             )
-            self.note_jobs([job_id], f"coreburst: bursting on {compress(mine)} ({what}): {money}")
+            self.note_jobs(
+                [job_id], "burst", f"coreburst: bursting on {compress(mine)} ({what}): {money}"
+            )
 
     def _left(self, limits: GateLimits) -> dict[str, float] | str:
         """USD the scope has left per period, or why that cannot be known (fail closed)."""
@@ -1068,6 +1109,7 @@ class Power:
         )
         self.note_jobs(
             held_jobs,
+            "burst",
             f"coreburst: held by the burst spend gate, projected ${cost:,.2f} for {hl}: {why}"
             + (f"; waits for reservation {resv} to lift" if resv else ""),
         )

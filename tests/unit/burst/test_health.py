@@ -200,6 +200,43 @@ def test_the_gate_takes_a_failed_node_out_and_requeues_its_job_at_once(tmp_path:
     assert lines[-1] == "node-check od-1: set DOWN, powered down (instance replaced); requeued 41"
 
 
+# A real ``scontrol -o show job`` of Slurm 22.05.8 (tests/fixtures/slurm/README.md): job 1's
+# AdminComment is a site's own text, "site: project=alpha; ticket #42 | ops".
+SHOW_JOB = (FIX.parent / "slurm" / "scontrol-show-job-22.05-recorded.txt").read_text()
+
+
+class CommentedSlurm(RecordingSlurm):
+    def scontrol(self, *args: str) -> str:
+        super().scontrol(*args)
+        return SHOW_JOB if args == ("-o", "show", "job") else ""
+
+
+def test_the_health_note_keeps_the_sites_comment_and_another_kind_of_note() -> None:
+    """Job 1 (the recording: a site's AdminComment) on the failed node: the health note is
+    added after the site's text; read once, with every job."""
+    slurm = CommentedSlurm(jobs="1\n")
+    health.fail_node(
+        "od-1", "gpus: 7 GPUs", slurm, now=lambda: datetime(2026, 12, 4, 1, 2, 3, tzinfo=UTC)
+    )
+    assert slurm.calls.count(("scontrol", "-o", "show", "job")) == 1
+    (note,) = [c[3] for c in slurm.calls if c[2:3] == ("jobid=1",) and "AdminComment" in c[3]]
+    assert note == (
+        "AdminComment=site: project=alpha; ticket #42 | ops | coreburst: burst node od-1 failed "
+        "its health check (gpus: 7 GPUs); requeued 2026-12-04 01:02:03Z"
+    )
+
+
+def test_a_job_comment_that_cannot_be_read_is_left_alone() -> None:
+    slurm = RecordingSlurm(jobs="7\n", fail="show")  # scontrol -o show job fails
+    events: list[dict[str, object]] = []
+    health.fail_node("od-2", "gpus: 7 GPUs", slurm, lambda e, **f: events.append(f))
+    assert not [c for c in slurm.calls if any(str(a).startswith("AdminComment=") for a in c)]
+    assert ("scontrol", "update", "jobid=7", "StartTime=now") in slurm.calls  # still requeued
+    errors = events[0]["slurm_errors"]
+    assert isinstance(errors, list)
+    assert "job 7: AdminComment unreadable or full, not noted" in errors
+
+
 def test_a_slurm_failure_does_not_stop_the_other_steps() -> None:
     slurm = RecordingSlurm(jobs="7\n", fail="state=down")
     events: list[dict[str, object]] = []

@@ -30,6 +30,7 @@ from coreburst.burst.power import (
     slurm_hours,
 )
 from coreburst.burst.slurmconf import node_sets
+from coreburst.common.admin_comment import comments
 from coreburst.common.catalog import load_catalog
 from coreburst.common.pricing import instance_rate
 from guardrails.adapters.slurm import parse_spend_holds, releasable
@@ -37,6 +38,7 @@ from guardrails.stores.sqlite import State
 from infra.config import StackConfigError
 from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
 
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "slurm"
 AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
@@ -316,10 +318,26 @@ def test_repo_stack_loads(tmp_path: Path) -> None:
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
 
+# A real ``scontrol -o show job`` line of Slurm 22.05.8 (tests/fixtures/slurm/README.md), for a
+# job with no AdminComment: the fakes below answer with it, JobId and TimeLimit replaced.
+SHOW_JOB = (FIXTURES / "scontrol-show-job-22.05-recorded.txt").read_text().splitlines()
+
+
+def job_line(job: str, limit: str = "UNLIMITED", comment: str | None = None) -> str:
+    line = next(x for x in SHOW_JOB if x.startswith("JobId=2 "))
+    line = line.replace("JobId=2 ", f"JobId={job} ", 1).replace(
+        "TimeLimit=UNLIMITED", f"TimeLimit={limit}", 1
+    )
+    if comment is not None:  # where Slurm prints it (src/api/job_info.c), as the recording shows
+        line = line.replace("WorkDir=/work/main ", f"WorkDir=/work/main AdminComment={comment}  ")
+    return line
+
+
 class AnsweringSlurm(RecordingSlurm):
     """Records argv and answers ``-o show job`` / ``-o show reservation`` in scontrol's
-    one-line format (made up here; the fields follow scontrol(1) 22.05 output, which
-    tests/integration/burst/test_spend_gate.py reads from the real scontrol)."""
+    one-line format (job lines: :func:`job_line`, from a real 22.05 recording; reservations
+    made up, in the format tests/integration/burst/test_spend_gate.py reads from the real
+    scontrol)."""
 
     def __init__(self, limits: dict[str, str], reservations: list[str] | None = None) -> None:
         super().__init__()
@@ -334,7 +352,7 @@ class AnsweringSlurm(RecordingSlurm):
             limit = self.limits.get(args[3])
             if limit is None:
                 raise RuntimeError("scontrol -o show failed (1): Invalid job id specified")
-            return f"JobId={args[3]} JobName=wrap TimeLimit={limit} TimeMin=N/A\n"
+            return job_line(args[3], limit) + "\n"
         if args[:3] == ("-o", "show", "reservation"):
             return "".join(f"{r}\n" for r in self.reservations) or "No reservations in the system\n"
         return ""
@@ -623,3 +641,98 @@ def test_gate_with_a_scope_the_guardrails_lack_holds(ec2: Any, tmp_path: Path) -
     result = power.resume("od-1", None)
     assert result.held == ["od-1"] and _live(ec2) == []
     assert "has no daily_limit_usd or monthly_limit_usd" in slurm.calls[1][3]
+
+
+# -- the job's AdminComment -----------------------------------------------------------------
+class CommentedSlurm(RecordingSlurm):
+    """Answers the one read of every job with the real 22.05 recording of job 1, whose
+    AdminComment holds a site's own text (tests/fixtures/slurm/README.md), then keeps what
+    each ``update jobid=1 AdminComment=`` sets, as slurmctld does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        (self.comment,) = [
+            line
+            for line in SHOW_JOB
+            if line.startswith("JobId=1 ")  # AdminComment=site: project=alpha; ticket #42 | ops
+        ]
+
+    def scontrol(self, *args: str) -> str:
+        self.calls.append(args)
+        if args == ("-o", "show", "job"):
+            return self.comment + "\n"
+        if args[:2] == ("update", "jobid=1") and args[2].startswith("AdminComment="):
+            value = args[2].removeprefix("AdminComment=")
+            self.comment = job_line("1", comment=value)
+        return ""
+
+
+def _comment_now(slurm: CommentedSlurm) -> str:
+    got = comments(slurm.comment)["1"]
+    assert got is not None
+    return got
+
+
+def test_a_sites_comment_survives_and_two_kinds_of_note_coexist(
+    ec2: Any, stack: BurstStack, tmp_path: Path
+) -> None:
+    """A launch that fails for job 1 says why (requeue), then one that works says what it
+    costs (burst): both notes stand, newest first, after the site's own text; the job's
+    comment is read once per run, with the owners."""
+    _templates(ec2, "t", ["od", "sp", "trn"])
+    site = "site: project=alpha; ticket #42 | ops"
+    slurm = CommentedSlurm()
+    assert _comment_now(slurm) == site
+    f = _resume_file(tmp_path, [{"job_id": 1, "nodes": "od-1"}])
+
+    failing = Power(stack, ec2, slurm, Audit(tmp_path / "a.jsonl"))
+    no_capacity = {
+        "Error": {"Code": "InsufficientInstanceCapacity", "Message": "no capacity"},
+        "ResponseMetadata": {"HTTPStatusCode": 400},
+    }
+
+    def refuse(**_: Any) -> tuple[Any, dict[str, Any]]:  # as _inject, undone after
+        return SimpleNamespace(status_code=400, headers={}), no_capacity
+
+    ec2.meta.events.register("before-call.ec2.CreateFleet", refuse)
+    assert failing.resume("od-1", f).failed == {"od-1": "InsufficientInstanceCapacity"}
+    ec2.meta.events.unregister("before-call.ec2.CreateFleet", refuse)
+    after_fail = _comment_now(slurm)
+    assert after_fail.startswith(
+        f"{site} | coreburst: burst launch for od-1 failed (InsufficientInstanceCapacity: "
+    )
+
+    ok = Power(stack, ec2, slurm, Audit(tmp_path / "a.jsonl"))
+    assert list(ok.resume("od-1", f).launched) == ["od-1"]
+    parts = _comment_now(slurm).split(" | ")
+    assert parts[:2] == ["site: project=alpha; ticket #42", "ops"]
+    assert parts[2].startswith("coreburst: bursting on od-1 (1 x p5.48xlarge on-demand): $")
+    assert parts[3] == after_fail.split(" | ")[2]  # the launch failure is still said
+    assert len(parts) == 4
+    # each run read every job once (owners, comments), and wrote each note once
+    reads = [c for c in slurm.calls if c == ("-o", "show", "job")]
+    notes = [c for c in slurm.calls if c[:2] == ("update", "jobid=1")]
+    assert len(reads) == 2 and len(notes) == 2
+
+
+def test_a_comment_that_cannot_be_read_is_not_overwritten(
+    ec2: Any, stack: BurstStack, tmp_path: Path
+) -> None:
+    """scontrol cannot list the jobs: the launch goes on, but no AdminComment is written
+    (it would replace a site's text unseen)."""
+
+    class Failing(RecordingSlurm):
+        def scontrol(self, *args: str) -> str:
+            self.calls.append(args)
+            if args[:3] == ("-o", "show", "job"):
+                raise RuntimeError(
+                    "scontrol -o show failed (1): Unable to contact slurm controller"
+                )
+            return ""
+
+    _templates(ec2, "t", ["od", "sp", "trn"])
+    slurm = Failing()
+    power = Power(stack, ec2, slurm, Audit(tmp_path / "a.jsonl"))
+    f = _resume_file(tmp_path, [{"job_id": 1, "nodes": "od-1"}])
+    assert list(power.resume("od-1", f).launched) == ["od-1"]
+    assert not [c for c in slurm.calls if c[:2] == ("update", "jobid=1")]
