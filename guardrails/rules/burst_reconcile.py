@@ -59,6 +59,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from coreburst.common import admin_comment
 from coreburst.common.ec2errors import classify
 from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
@@ -556,9 +557,17 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
         ctx.report.errors.append(f"burst-reconcile: {exc}")
         return
     now = ctx.clock.now()
-    for job, parts, waited in spot_waiting(
-        out, now, p.spot_fallback_after, p.spot_partition, p.on_demand_partition
-    ):
+    waiting = spot_waiting(out, now, p.spot_fallback_after, p.spot_partition, p.on_demand_partition)
+    # the jobs' AdminComments, one read for all: the note replaces only coreburst's own of its
+    # kind (coreburst.common.admin_comment); unreadable, the job moves without a note
+    have: dict[str, str | None] = {}
+    read = False
+    if waiting:
+        try:
+            have, read = admin_comment.comments(slurm.run("-o", "show", "job")), True
+        except SlurmError as exc:
+            ctx.report.errors.append(f"burst-reconcile: job comments unread: {exc}")
+    for job, parts, waited in waiting:
         key = f"burst-spot-fallback:{job}"
         why = (
             f"pending {timedelta(seconds=int(waited))} for spot (more than "
@@ -566,8 +575,11 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
             f"{p.on_demand_partition} added"
         )
         ctx.actuator.audit("burst.spot_fallback", job=job, partitions=parts, why=why)
-        note = f"AdminComment=coreburst: {why}; the burst spend gate checks the on-demand price"
-        args = ("update", f"jobid={job}", f"partition={parts},{p.on_demand_partition}", note)
+        current = have.get(job, "" if read else None)
+        text = f"coreburst: {why}; the burst spend gate checks the on-demand price"
+        value = None if current is None else admin_comment.merge(current, "fallback", text)
+        note = () if value is None else (f"AdminComment={value}",)
+        args = ("update", f"jobid={job}", f"partition={parts},{p.on_demand_partition}", *note)
         try:
             ctx.actuator.execute(
                 key,

@@ -63,7 +63,8 @@ def node_line(
 FAKE_SCONTROL = """#!{python}
 # A fake scontrol made for these tests (not Slurm): it records its argv and answers
 # "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
-# with reservations.txt, "update", "create" and "delete" with nothing.
+# with reservations.txt, "-o show job" with jobs.txt, "update", "create" and "delete" with
+# nothing.
 import json, pathlib, sys
 here = pathlib.Path(__file__).parent
 args = sys.argv[1:]
@@ -76,6 +77,8 @@ if args[:3] == ["-o", "show", "nodes"]:
 elif args[:3] == ["-o", "show", "reservation"]:
     r = here / "reservations.txt"
     print(r.read_text() if r.exists() else "No reservations in the system")
+elif args == ["-o", "show", "job"] and (here / "jobs.txt").exists():
+    print((here / "jobs.txt").read_text(), end="")
 elif args[:1] not in (["update"], ["create"], ["delete"]):
     print("scontrol: error: unexpected " + " ".join(args), file=sys.stderr)
     sys.exit(1)
@@ -839,3 +842,40 @@ def test_spot_waiting_picks_spot_only_jobs_pending_long_enough() -> None:
     got = spot_waiting(out, now, timedelta(minutes=10), "spot", "burst")
     assert [(j, p) for j, p, _ in got] == [("11", "spot")]
     assert got[0][2] == 1200
+
+
+FAKE_SQUEUE = """#!/bin/sh
+# A fake squeue made for this test (not Slurm): pending spot jobs in the -o %i|%P|%V format.
+cat "$(dirname "$0")/squeue.txt"
+"""
+
+
+def test_spot_fallback_adds_its_reason_and_keeps_the_sites_comment(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """Job 11 waited 20 min for spot: the on-demand partition is added with the reason as a
+    coreburst note after the job's own AdminComment (a real 22.05 ``scontrol -o show job``
+    line, tests/fixtures/slurm/README.md, job id and AdminComment from job 1 of that
+    recording), which is read once for all jobs."""
+    recorded = Path(__file__).parents[2] / "fixtures" / "slurm"
+    (job1,) = [
+        line
+        for line in (recorded / "scontrol-show-job-22.05-recorded.txt").read_text().splitlines()
+        if line.startswith("JobId=1 ")
+    ]
+    (slurm.dir / "jobs.txt").write_text(job1.replace("JobId=1 ", "JobId=11 ", 1) + "\n")
+    submitted = datetime.now(UTC) + timedelta(hours=1) - timedelta(minutes=20)
+    (slurm.dir / "squeue.txt").write_text(f"11|spot|{submitted:%Y-%m-%dT%H:%M:%S}\n")
+    squeue = slurm.dir / "squeue"
+    squeue.write_text(FAKE_SQUEUE)
+    squeue.chmod(squeue.stat().st_mode | stat.S_IEXEC)
+    report, audit = cycle(tmp_path, slurm, extra=", spot_fallback: true, spot_fallback_after: 10m")
+    assert not report.errors, report.errors
+    (update,) = [c for c in slurm.updates() if c[1:2] == ["jobid=11"]]
+    assert update[2] == "partition=spot,burst"
+    assert update[3].startswith(
+        "AdminComment=site: project=alpha; ticket #42 | ops | coreburst: pending 0:20:"
+    )
+    assert update[3].endswith("burst added; the burst spend gate checks the on-demand price")
+    assert slurm.calls().count(["-o", "show", "job"]) == 1
+    assert [e["job"] for e in audit if e.get("event") == "burst.spot_fallback"] == ["11"]
