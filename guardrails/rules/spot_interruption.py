@@ -41,12 +41,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from coreburst.common import admin_comment
 from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, clip
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
 from guardrails.config import SpotInterruptionConfig, format_duration
@@ -139,6 +140,11 @@ class Slurm:
     """The few Slurm commands this rule runs (each one ``SlurmError`` line on failure)."""
 
     sc: Scontrol
+    # job -> its AdminComment (None: unreadable), from the reads this run made (a job's own
+    # ``show job``, or one ``show job`` of every job); kept current as notes are written
+    comments: dict[str, str | None] = field(default_factory=dict)
+    read_all: bool = False  # the read of every job was tried (once a run)
+    read_ok: bool = False  # ... and answered: a job it does not list has no comment
 
     def tool(self, name: str, *args: str) -> str:
         return run_tool(
@@ -176,6 +182,7 @@ class Slurm:
             if "Invalid job id" in str(exc):
                 return None
             raise
+        self.comments.update(admin_comment.comments(out))
         state = re.search(r"\bJobState=(\S+)", out)
         restarts = re.search(r"\bRestarts=(\d+)", out)
         if not state or not restarts:
@@ -187,9 +194,21 @@ class Slurm:
         return f"scontrol requeue {job}"
 
     def note(self, job: str, text: str) -> None:
-        """The job's AdminComment (only an administrator can set it; ``scontrol show job``
-        shows it), one line."""
-        self.sc.run("update", f"jobid={job}", f"AdminComment={' '.join(text.split())[:900]}")
+        """``text`` as the job's coreburst note of why it was interrupted (AdminComment: only
+        an administrator can set it; ``scontrol show job`` shows it), replacing the previous
+        one and keeping the rest (a site's text, coreburst's other notes:
+        coreburst.common.admin_comment). The comment comes from this run's reads (the job's
+        own, else one of every job); one that cannot be read is not overwritten."""
+        if job not in self.comments and not self.read_all:
+            self.read_all = True
+            self.comments.update(admin_comment.comments(self.sc.run("-o", "show", "job")))
+            self.read_ok = True
+        have = self.comments.get(job, "" if self.read_ok else None)
+        value = None if have is None else admin_comment.merge(have, "requeue", text)
+        if value is None:
+            raise SlurmError(f"job {job}: AdminComment unreadable or full; not noted")
+        self.sc.run("update", f"jobid={job}", f"AdminComment={value}")
+        self.comments[job] = value
 
     def power_down(self, node: str) -> str:
         self.sc.run("update", f"nodename={node}", "state=power_down_force")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import stat
 import sys
 from collections.abc import Iterator
@@ -43,6 +44,7 @@ FAKE_TOOL = """#!{python}
 # A fake Slurm client made for these tests (not Slurm), installed as scontrol, squeue and
 # scancel: it records its name and argv, answers "scontrol -o show nodes" with nodes.txt,
 # "scontrol -o show job N" with job-N.txt (or Slurm's "Invalid job id specified" error),
+# "scontrol -o show job" with every job-N.txt,
 # squeue with squeue.txt, and every other call with nothing.
 import json, pathlib, sys
 here = pathlib.Path(sys.argv[0]).parent
@@ -54,6 +56,9 @@ def show(name):
     print(p.read_text() if p.exists() else "", end="")
 if tool == "scontrol" and args[:3] == ["-o", "show", "nodes"]:
     show("nodes.txt")
+elif tool == "scontrol" and args == ["-o", "show", "job"]:
+    for p in sorted(here.glob("job-*.txt")):
+        show(p.name)
 elif tool == "scontrol" and args[:3] == ["-o", "show", "job"]:
     if not (here / f"job-{{args[3]}}.txt").exists():
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
@@ -64,15 +69,32 @@ elif tool == "squeue":
 """
 
 
-def job_line(job: str, state: str, restarts: int, node: str = "sp-1") -> str:
-    """One line of ``scontrol -o show job`` on Slurm 22.05 (fields in its order; made up here
-    from that format, trimmed)."""
-    return (
-        f"JobId={job} JobName=train UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A "
-        f"Priority=1 Nice=0 Account=ml QOS=normal JobState={state} Reason=None Dependency=(null) "
-        f"Requeue=1 Restarts={restarts} BatchFlag=1 Reboot=0 ExitCode=0:0 RunTime=00:03:00 "
-        f"TimeLimit=00:10:00 Partition=spot NodeList={node} BatchHost={node} NumNodes=1"
+# A real ``scontrol -o show job`` line of Slurm 22.05.8 (tests/fixtures/slurm/README.md: job 2
+# there, no AdminComment); job_line gives it this test's id, state, restarts, node and partition.
+RECORDED = next(
+    line
+    for line in (
+        Path(__file__).parents[2] / "fixtures" / "slurm" / "scontrol-show-job-22.05-recorded.txt"
     )
+    .read_text()
+    .splitlines()
+    if line.startswith("JobId=2 ")
+)
+
+
+def job_line(
+    job: str, state: str, restarts: int, node: str = "sp-1", comment: str | None = None
+) -> str:
+    """Job ``job`` as ``scontrol -o show job`` prints it (the recording, fields replaced)."""
+    line = RECORDED
+    for key, value in (
+        ("JobId", job), ("JobState", state), ("Restarts", str(restarts)), ("NodeList", node),
+        ("Partition", "spot"),
+    ):  # fmt: skip
+        line = re.sub(rf"\b{key}=\S*", f"{key}={value}".replace("\\", "\\\\"), line, count=1)
+    if comment is not None:  # where Slurm prints it (src/api/job_info.c), as recorded
+        line = line.replace(" StdErr=", f" AdminComment={comment}  StdErr=", 1)
+    return line
 
 
 class FakeSlurm:
@@ -323,6 +345,41 @@ def test_warning_drains_signals_then_requeues_after_grace_and_returns_the_node(
     assert [e["node"] for e in events if e["event"] == "spot.returned"] == ["sp-1"]
     assert world.watch() == {}
     assert "back in the pool" in _text(world.outbox()[-1])
+
+
+def test_the_spot_notes_keep_the_sites_comment_and_the_bursting_note(world: World) -> None:
+    """Job 42's AdminComment holds a site's text and the resume program's bursting note (a
+    note of another kind): the warning, then the requeue, replace only each other."""
+    site = "site: project=alpha; ticket #42 | ops"  # as recorded (tests/fixtures/slurm)
+    burst = "coreburst: bursting on sp-1 (1 x p5en.48xlarge spot): $30.00/h"
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    (world.slurm.dir / "job-42.txt").write_text(
+        job_line("42", "RUNNING", 0, comment=f"{site} | {burst}") + "\n"
+    )
+    world.send("spot_interruption_warning.json", iid)
+    world.cycle()
+    (note,) = [c for c in world.slurm.writes() if c[1:3] == ["update", "jobid=42"]]
+    parts = note[3].removeprefix("AdminComment=").split(" | ")
+    assert parts[:2] == ["site: project=alpha; ticket #42", "ops"] and parts[3] == burst
+    assert parts[2].startswith("coreburst: spot interruption warning") and len(parts) == 4
+    assert world.slurm.calls().count(["scontrol", "-o", "show", "job"]) == 1
+
+    world.slurm.clear()  # Slurm now shows the note written above
+    (world.slurm.dir / "job-42.txt").write_text(
+        job_line("42", "RUNNING", 0, comment=" | ".join(parts)) + "\n"
+    )
+    world.slurm.node("ALLOCATED+CLOUD+DRAIN", f"{REASON_PREFIX}interruption {iid}")
+    world.clock.advance(timedelta(seconds=91))
+    world.cycle()
+    (note,) = [c for c in world.slurm.writes() if c[1:3] == ["update", "jobid=42"]]
+    after = note[3].removeprefix("AdminComment=").split(" | ")
+    assert after[:2] == parts[:2] and after[3] == burst and len(after) == 4
+    assert after[2].startswith("coreburst: requeued 2026-12-04 01:01:31Z")
+    # the requeue read the job once (its state), and the note used that read
+    assert [c for c in world.slurm.calls() if c[1:4] == ["-o", "show", "job"]] == [
+        ["scontrol", "-o", "show", "job", "42"]
+    ]
 
 
 def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
