@@ -9,10 +9,12 @@ PYTHON ?= $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.versi
 # Python may cache compiled modules (__pycache__/, git-ignored) even where the environment
 # says not to: without the cache every test worker and every CLI the tests start compiles the
 # project's modules again, and pytest rewrites every test module again (collecting the suite
-# took 13.3 s of CPU per worker without the cache, 6.4 s with it).
+# took 13.3 s of CPU per worker without the cache, 6.4 s with it). Setup installs with
+# --no-compile: compiling all 160 packages ahead (pulumi_aws alone is 271 MB of source) took
+# about 35 s, while the modules anything imports are compiled once, on first import, and cached.
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup system-deps demo plan lint test unit integration bench bench-burst lambda-package arch clean
+.PHONY: setup system-deps demo plan lint test test-durations unit integration bench bench-burst lambda-package arch clean
 
 setup: $(VENV)/.installed
 
@@ -23,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	@echo "setup 3/3: installing coreburst and its dev extra into $(VENV) (about 160 packages:"
 	@echo "           Pulumi, Ansible, moto, matplotlib...; about 5 minutes on a fresh machine)"
-	$(BIN)/pip install --progress-bar on -e '.[dev]'
+	$(BIN)/pip install --progress-bar on --no-compile -e '.[dev]'
 	touch $@
 	@echo "setup done: $(VENV)/bin/coreburst is installed (or: . $(VENV)/bin/activate)"
 
@@ -61,15 +63,31 @@ lint: setup
 ## overlap the waits with the computing on two cores. Tests that assert elapsed wall-clock time
 ## (marker `timing`, listed in tests/conftest.py) then run alone, in one process, so that their
 ## clocks measure the code and not the other workers. TEST_WORKERS=0: everything in one process.
+## Files start longest first, by tests/durations.json (tests/conftest.py); `make test-durations`
+## records it again from a parallel run.
 TEST_WORKERS ?= 4
-PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile
-test: system-deps lint
+PYTEST_PARALLEL = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+## mypy (over a minute of one core on a fresh clone, mostly reading pulumi_aws) runs beside the
+## parallel pass, on the CPU its waiting workers leave; its report is printed after the pass's,
+## and either failing fails `make test` (`make lint` runs it alone, first).
+MYPY_LOG := $(VENV)/mypy-during-tests.log
+test: system-deps setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 ifeq ($(TEST_WORKERS),0)
+	$(BIN)/mypy
 	$(BIN)/pytest -q
 else
-	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not timing"
+	@echo "$(BIN)/mypy > $(MYPY_LOG) (in the background, beside the tests; its report follows them)"
+	@$(BIN)/mypy > $(MYPY_LOG) 2>&1 & mypy=$$!; \
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not timing"; tests=$$?; \
+	wait $$mypy; typed=$$?; echo "$(BIN)/mypy:"; cat $(MYPY_LOG); \
+	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 	$(BIN)/pytest -q -m timing --durations=5
 endif
+
+test-durations: setup
+	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not timing" --record-durations
 
 unit: setup
 	$(BIN)/pytest -q tests/unit

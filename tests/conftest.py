@@ -7,11 +7,27 @@ parallel workers their clocks measure the machine's load, not the code, so ``mak
 runs them in a second, serial pass: they carry the ``timing`` marker, given here by node id
 (parametrized cases included). An entry that matches no collected test fails the run, so a
 renamed test cannot silently leave the list.
+
+**The slowest files start first.** Under ``--dist loadfile`` each worker takes one whole file
+at a time, in collection order. The files that take longest (a Slurm lab, an Ansible sandbox:
+mostly waiting on timers and subprocesses) are few-test files; left where collection puts them,
+or behind the many-test files, they start last and one worker waits alone on them at the end
+(about 5 of 9 minutes of the suite's parallel pass did). So files are put in the order of their
+recorded wall time, longest first (``tests/durations.json``; a file it does not list keeps its
+place after those it lists), and ``make test`` passes ``--no-loadscope-reorder`` so that xdist
+keeps that order. The order changes when tests run, never what they assert.
+``pytest --record-durations`` rewrites the file from the run (``make test-durations``).
 """
 
 from __future__ import annotations
 
+import json
+from collections import defaultdict
+from pathlib import Path
+
 import pytest
+
+DURATIONS = Path(__file__).with_name("durations.json")
 
 TIMING = {
     "tests/unit/guardrails/test_cli_import_time.py::test_guardrails_help_is_light",
@@ -32,13 +48,54 @@ TIMING = {
 }
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--record-durations",
+        action="store_true",
+        help=f"write each test file's wall time in this run to {DURATIONS.name} (merged)",
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "timing: asserts elapsed wall-clock time; `make test` runs these serially"
     )
+    if config.getoption("record_durations") and not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_DurationRecorder(), "coreburst-durations")
+
+
+def _file_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _recorded() -> dict[str, float]:
+    try:
+        data = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        return {}  # no hints: collection order, as pytest gives it
+    return {k: float(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+class _DurationRecorder:
+    """Sums each file's setup, call and teardown times as reported to the controlling process
+    (under xdist the workers' reports arrive here) and merges them into ``DURATIONS``."""
+
+    def __init__(self) -> None:
+        self.seconds: defaultdict[str, float] = defaultdict(float)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        self.seconds[_file_of(report.nodeid)] += report.duration
+
+    def pytest_sessionfinish(self) -> None:
+        merged = {**_recorded(), **{f: round(s, 1) for f, s in self.seconds.items()}}
+        ordered = dict(sorted(merged.items(), key=lambda kv: (-kv[1], kv[0])))
+        DURATIONS.write_text(json.dumps(ordered, indent=1) + "\n")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    recorded = _recorded()
+    # stable: a file's tests keep their order; files not recorded keep theirs, after the rest
+    items.sort(key=lambda item: -recorded.get(_file_of(item.nodeid), 0.0))
     seen: set[str] = set()
     for item in items:
         base = item.nodeid.split("[", 1)[0]
