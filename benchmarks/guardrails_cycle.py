@@ -1,34 +1,42 @@
 """Guardrail cycles at 1,000 / 5,000 / 10,000 instances against a local moto server process.
 
 Every node sends what a real p5 sends under ``coreburst.common.telemetry``: each minute, the
-per-instance
-rollup of its 8 GPUs' utilization (one statistic set: Maximum, Minimum, SampleCount 8) for the
-whole idle window (85% of nodes busy, 10% idle, 3% with one GPU silent, 2% sending nothing),
-and NetworkOut every 5 minutes. The per-GPU series (for ``explain`` only) are left out: the
-daemon never reads them. The daemon runs with its defaults: cycle every 60 s (spend), idle
-read every ``idle.every`` (5 min) from the rollup, NetworkOut read every ``egress.every``
-(15 min) over the span since its last read.
+per-instance rollup of its 8 GPUs' utilization (one statistic set: Maximum, Minimum,
+SampleCount 8) for the whole idle window and the span measured (85% of nodes busy, 10% idle, 3%
+with one GPU silent, 2% sending nothing), and NetworkOut every 5 minutes. The per-GPU series
+(for ``explain`` only) are left out: the daemon never reads them. All of it is there from the
+start (no flush delay: each read sees data up to the minute before, the least delay, so busy
+nodes are read as rarely as they can be; the model's bound assumes the most). The daemon runs
+with its defaults: cycle every 60 s (spend), idle read every ``idle.every`` (5 min) of the
+rollup's Maximum and SampleCount, only for the nodes that could be idle by then (a busy node
+once the busy minute it was last read with has left the window, a marked node at its reclaim
+time, a blind one at every read), NetworkOut read every ``egress.every`` (15 min) over the span
+since its last read.
 
-Four cycles are measured:
-- cold: the first (loads botocore models, builds clients, reads the whole idle window and the
-  egress window);
+The fake clock runs over a span of 2 x ``idle.window`` (60 min) in ``idle.every`` steps, plus a
+cycle between two reads; what every cycle of the span requested is scaled to a day. Named
+cycles:
+- cold: the first (loads botocore models, builds clients, reads every node's whole idle window
+  and the egress window);
 - between: one minute later, neither idle nor egress due (what most cycles cost);
-- warm: ``idle.every`` after the cold one, idle due, reading only the periods since the last
-  read (every later idle cycle); its client CPU is checked against <= 0.25 s per 1,000
-  instances and its GetMetricData calls for utilization against ceil(3 x instances / 500) + 1;
+- warm: the read in the span that requests the most utilization metrics after the cold one
+  (the busy nodes read again); its client CPU is checked against <= 0.25 s per 1,000 instances
+  and its GetMetricData calls for utilization, with the cold one's, against
+  ceil(2 x instances / 500) + 1;
 - egress: ``egress.every`` after the cold one, idle and egress both due.
 
 Printed per size: API calls by operation, metrics requested (GetMetricData queries: what it
-bills), client CPU (``time.process_time``), peak traced Python memory of a fourth cycle
-(tracemalloc slows code, so it is off while CPU is measured), wall time, the emulator's CPU,
-and the CloudWatch API dollars per day at the default cadence from the catalog's price
-(``cloudwatch`` in coreburst/common/data/catalog.yaml, with its date and source), checked against <=
-$10
-per 1,000 instances per day. Then the guardrails' whole CloudWatch bill a day, term by term:
-custom metrics (what the shipped agent config publishes per p5, on the tiered price),
-PutMetricData (the agent's flushes) and GetMetricData (the metrics this run requested, scaled to
-a day; checked equal to coreburst/common/cloudwatch_cost.py's figure), against the goal of
-<= $15 per 1,000 p5 instances per day.
+bills), client CPU (``time.process_time``), peak traced Python memory of the read one span
+after the cold one (the busy nodes read again, as in the warm one; tracemalloc slows code,
+so it is off while CPU is measured), wall time, the emulator's CPU, the reads of each kind of
+node over the span, and the CloudWatch API dollars per day at the default cadence from the
+catalog's price (``cloudwatch`` in coreburst/common/data/catalog.yaml, with its date and
+source), checked against <= $10 per 1,000 instances per day. Then the guardrails' whole
+CloudWatch bill a day, term by term: custom metrics (what the shipped agent config publishes
+per p5, on the tiered price), PutMetricData (the agent's flushes every 5 min) and
+GetMetricData (the metrics this run requested over the span, scaled to a day; checked <=
+coreburst/common/cloudwatch_cost.py's bound, which assumes every node busy and the most
+delay), against the goal of <= $15 per 1,000 p5 instances per day; and the model's own terms.
 
 moto's CloudWatch scans every stored datapoint per query and per period; the server is
 started through ``benchmarks/indexed_moto.py``, which answers the same queries from an index.
@@ -60,7 +68,7 @@ import psutil  # type: ignore[import-untyped]
 from coreburst.common.catalog import load_catalog
 from coreburst.common.cloudwatch_cost import Cadence, FleetGroup
 from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
-from coreburst.common.telemetry import UTILIZATION_METRICS
+from coreburst.common.telemetry import ROLLUP_STATS, UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import MotoProcess, fake_session, launch
 from guardrails.adapters.aws import Aws
@@ -74,7 +82,8 @@ GPU = UTILIZATION_METRICS["nvidia"]
 GPUS = 8
 IDLE_EVERY_MIN = 5  # the default idle.every
 EGRESS_EVERY_MIN = 15  # the default egress.every
-SEEDED_AFTER_MIN = EGRESS_EVERY_MIN + 2  # data published past "now" for the later cycles
+SPAN_MIN = 2 * WINDOW_MIN  # the span measured and scaled to a day
+SEEDED_AFTER_MIN = SPAN_MIN + 2  # data published past "now": the span and the memory read
 
 
 def _put_metric_data(url: str, namespace: str, data: list[dict[str, Any]]) -> None:
@@ -261,92 +270,140 @@ metrics_endpoint: {{enabled: false}}
                 "emulator_cpu_s": _cpu(emulator) - e0,
             }
 
-        cold = cycle()
-        clock.advance(timedelta(minutes=1))
-        between = cycle()
-        clock.set(now + timedelta(minutes=IDLE_EVERY_MIN))
+        # the span: a read every idle.every from the cold one, and one cycle between reads
+        span: dict[int, dict[str, Any]] = {}
+        reads: dict[str, Counter[int]] = {}  # node profile -> node reads per minute
+        profile_of = {iid: _profile(i) for i, iid in enumerate(ids)}
+        read_ids: set[str] = set()
+
+        def _seen(params: dict[str, Any], **_: Any) -> None:
+            for q in params.get("MetricDataQueries") or []:
+                m = q["MetricStat"]["Metric"]
+                if m["MetricName"] == GPU.metric_name:
+                    read_ids.add(m["Dimensions"][0]["Value"])
+
+        aws.client("cloudwatch", "us-east-1").meta.events.register_first(
+            "provide-client-params.cloudwatch.GetMetricData", _seen
+        )
         prof = cProfile.Profile(time.process_time) if profile else None
-        warm = cycle(prof)
+        for minute in (0, 1, *range(IDLE_EVERY_MIN, SPAN_MIN, IDLE_EVERY_MIN)):
+            clock.set(now + timedelta(minutes=minute))
+            read_ids.clear()
+            span[minute] = cycle()
+            for iid in read_ids:
+                reads.setdefault(profile_of[iid], Counter())[minute] += 1
+        cold, between = span[0], span[1]
+        idle_ns = {m.namespace for m in cfg.idle.metrics.values()}
+
+        def idle_metrics_of(c: dict[str, Any]) -> int:
+            return sum(v for k, v in c["metrics"].items() if k in idle_ns)
+
+        warm_at = max(
+            (m for m in span if m >= IDLE_EVERY_MIN), key=lambda m: (idle_metrics_of(span[m]), -m)
+        )
+        warm = span[warm_at]
+        egress = span[EGRESS_EVERY_MIN]
+        # the read one span after the cold one: the busy nodes again, as at the warm one;
+        # profiled with --profile, else its peak traced memory (each slows the other)
+        clock.set(now + timedelta(minutes=SPAN_MIN))
+        peak = 0
         if prof:
+            prof.enable()
+            d.run_cycle()
+            prof.disable()
             prof.dump_stats(str(profile))
-        clock.set(now + timedelta(minutes=2 * IDLE_EVERY_MIN))
-        tracemalloc.start()
-        d.run_cycle()
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        clock.set(now + timedelta(minutes=EGRESS_EVERY_MIN))
-        egress = cycle()
+        else:
+            tracemalloc.start()
+            d.run_cycle()
+            _, peak = tracemalloc.get_traced_memory()
+            tracemalloc.stop()
         d.close()
         state.close()
     cat = load_catalog()
     assert cat.cloudwatch is not None, "coreburst/common/data/catalog.yaml has no cloudwatch prices"
     price = cat.cloudwatch.get_metric_data_usd_per_1000_metrics
     req_price = cat.cloudwatch.api_usd_per_1000_requests
-    idle_ns = {m.namespace for m in cfg.idle.metrics.values()}
     egress_ns = {"AWS/EC2", "AWS/NATGateway"}
-    per_day_cycles = 86_400 / cfg.interval.total_seconds()
-    per_day_idle = 86_400 / cfg.idle.every.total_seconds()
-    per_day_egress = 86_400 / cfg.egress.every.total_seconds()
-    idle_metrics = sum(v for k, v in warm["metrics"].items() if k in idle_ns)
-    egress_metrics = sum(v for k, v in egress["metrics"].items() if k in egress_ns)
-    # what a cycle with neither read due still requests (every cycle pays it)
-    other_metrics = sum(between["metrics"].values())
-    # CloudWatch requests billed per request (ListMetrics etc.), per cycle
-    other_requests = sum(
+    per_day = 1440 / SPAN_MIN  # spans a day
+    totals: Counter[str] = Counter()
+    other_requests = 0
+    for c in span.values():
+        totals.update(c["metrics"])
+        other_requests += sum(
+            v for k, v in c["calls"].items() if k in ("ListMetrics", "GetMetricStatistics")
+        )
+    # every minute of the span is a cycle: the 12 reads above and 48 like "between"
+    between_cycles = SPAN_MIN - len(span)
+    for k, v in between["metrics"].items():
+        totals[k] += v * between_cycles
+    other_requests += between_cycles * sum(
         v for k, v in between["calls"].items() if k in ("ListMetrics", "GetMetricStatistics")
     )
-    usd_idle = idle_metrics * per_day_idle * price.value / 1000
-    usd_egress = egress_metrics * per_day_egress * price.value / 1000
-    usd_other = other_metrics * per_day_cycles * price.value / 1000
-    usd_req = other_requests * per_day_cycles * req_price.value / 1000
+    idle_day = sum(v for k, v in totals.items() if k in idle_ns) * per_day
+    egress_day = sum(v for k, v in totals.items() if k in egress_ns) * per_day
+    other_day = sum(v for k, v in totals.items() if k not in idle_ns | egress_ns) * per_day
+    usd_idle = idle_day * price.value / 1000
+    usd_egress = egress_day * price.value / 1000
+    usd_other = other_day * price.value / 1000
+    usd_req = other_requests * per_day * req_price.value / 1000
     usd_day = usd_idle + usd_egress + usd_other + usd_req
     idle_calls = sum(v for k, v in warm["gmd_calls"].items() if k in idle_ns)
     idle_calls_cold = sum(v for k, v in cold["gmd_calls"].items() if k in idle_ns)
-    gmd_limit = math.ceil(3 * n / 500) + 1
-    di = max(c["calls"].get("DescribeInstances", 0) for c in (cold, between, warm))
+    gmd_limit = math.ceil(len(ROLLUP_STATS) * n / 500) + 1
+    di = max(c["calls"].get("DescribeInstances", 0) for c in span.values())
     per_k = warm["cpu_s"] * 1000 / n
     per_k_usd = usd_day * 1000 / n
     # the whole bill: what the nodes publish (model of the shipped config) + what was read
     egress_s = cfg.egress.every.total_seconds() if cfg.egress.enabled else None
     model = cloudwatch_bill(
-        [FleetGroup("p5.48xlarge", n)], cat, Cadence(cfg.idle.every.total_seconds(), egress_s)
+        [FleetGroup("p5.48xlarge", n)],
+        cat,
+        Cadence(
+            cfg.idle.every.total_seconds(),
+            egress_s,
+            window_s=cfg.idle.window.total_seconds(),
+            publish_delay_s=cfg.idle.publish_delay.total_seconds(),
+            period_s=cfg.idle.period.total_seconds(),
+            partial_idle=cfg.idle.report_partial_idle,
+        ),
     )
-    read_day = (
-        idle_metrics * per_day_idle
-        + egress_metrics * per_day_egress
-        + other_metrics * per_day_cycles
-    )
+    read_day = idle_day + egress_day + other_day
     all_in = model.custom_usd_day + model.put_usd_day + usd_day
     per_k_all_in = all_in * 1000 / n
+    per_k_model = model.total_usd_day * 1000 / n
     return {
         "n": n,
         "datapoints": points,
         "setup_s": setup_s,
         "states": dict(warm["report"].states),
-        "cycles": {"cold": cold, "between": between, "warm": warm, "egress": egress},
+        "cycles": {
+            "cold": cold,
+            "between": between,
+            f"warm (+{warm_at}m)": warm,
+            f"egress (+{EGRESS_EVERY_MIN}m)": egress,
+        },
+        "reads": {k: sorted(v.items()) for k, v in sorted(reads.items())},
         "peak_mib": peak / 2**20,
         "usd": (usd_idle, usd_egress, usd_other, usd_req, usd_day),
-        "metrics_day": (
-            idle_metrics * per_day_idle,
-            egress_metrics * per_day_egress,
-            other_metrics * per_day_cycles,
-        ),
+        "metrics_day": (idle_day, egress_day, other_day),
         "price": price,
         "model": model,
         "all_in": all_in,
         "checks": {
-            f"GetMetricData metrics/day measured {read_day:,.0f} = model "
-            f"{model.get_metrics_day:,.0f} (coreburst/common/cloudwatch_cost.py)": round(read_day)
-            == round(model.get_metrics_day),
+            f"GetMetricData metrics/day measured {read_day:,.0f} <= model "
+            f"{model.get_metrics_day:,.0f} (coreburst/common/cloudwatch_cost.py: every node "
+            "busy, data the most late)": (read_day <= model.get_metrics_day),
             f"GetMetricData calls for utilization {idle_calls} (cold {idle_calls_cold}) <= "
-            f"ceil(3 x {n} / 500) + 1 = {gmd_limit}": max(idle_calls, idle_calls_cold) <= gmd_limit,
+            f"ceil({len(ROLLUP_STATS)} x {n} / 500) + 1 = {gmd_limit}": max(
+                idle_calls, idle_calls_cold
+            )
+            <= gmd_limit,
             f"DescribeInstances {di} <= {math.ceil(n / 1000)}": di <= math.ceil(n / 1000),
             f"client CPU (warm) {per_k:.3f} s per 1,000 instances <= 0.25 s": per_k <= 0.25,
             f"CloudWatch API ${per_k_usd:.2f} per 1,000 instances per day <= $10.00": per_k_usd
             <= 10.0,
-            f"CloudWatch all-in ${per_k_all_in:.2f} per 1,000 p5 instances per day <= $15.00": (
-                per_k_all_in <= 15.0
-            ),
+            f"CloudWatch all-in ${per_k_all_in:.2f} per 1,000 p5 instances per day <= $15.00 "
+            f"(model ${per_k_model:.2f})": (per_k_all_in <= 15.0 and per_k_model <= 15.0),
         },
     }
 
@@ -354,7 +411,9 @@ metrics_endpoint: {{enabled: false}}
 def main() -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     ap.add_argument("--sizes", default="1000,5000,10000", help="comma-separated fleet sizes")
-    ap.add_argument("--profile", type=Path, help="write a cProfile of the warm cycle here")
+    ap.add_argument(
+        "--profile", type=Path, help="write a cProfile of a read like the warm one here"
+    )
     args = ap.parse_args()
     try:
         sizes = [int(s) for s in args.sizes.split(",") if s]
@@ -375,16 +434,21 @@ def main() -> int:
             print(f"  states (warm): {r['states']}")
             for label, c in r["cycles"].items():
                 print(
-                    f"  {label:7} API calls: "
+                    f"  {label:13} API calls: "
                     + ", ".join(f"{k}={v}" for k, v in sorted(c["calls"].items()))
                     + "; metrics requested: "
                     + (", ".join(f"{k}={v}" for k, v in sorted(c["metrics"].items())) or "0")
                 )
                 print(
-                    f"  {label:7} client CPU {c['cpu_s']:.3f}s (kernel {c['sys_cpu_s']:.3f}s), "
+                    f"  {label:13} client CPU {c['cpu_s']:.3f}s (kernel {c['sys_cpu_s']:.3f}s), "
                     f"wall {c['wall_s']:.2f}s, emulator CPU {c['emulator_cpu_s']:.2f}s"
                 )
-            print(f"  peak traced memory (idle cycle): {r['peak_mib']:.1f} MiB")
+            print(f"  peak traced memory (idle read, +{SPAN_MIN}m): {r['peak_mib']:.1f} MiB")
+            for kind, per_minute in r["reads"].items():
+                print(
+                    f"  {kind:10} nodes read over {SPAN_MIN} min: "
+                    + ", ".join(f"+{m}m {k}" for m, k in per_minute)
+                )
             usd_idle, usd_egress, usd_other, usd_req, usd_day = r["usd"]
             m_idle, m_egress, m_other = r["metrics_day"]
             p = r["price"]
@@ -405,19 +469,23 @@ def main() -> int:
                 ),
                 (
                     "PutMetricData",
-                    f"{b.put_requests_day:,.0f} requests (agent flushes)",
+                    f"{b.put_requests_day:,.0f} requests (agent flushes every 5 min)",
                     b.put_usd_day,
                 ),
                 (
                     "GetMetricData",
-                    f"{m_idle + m_egress + m_other:,.0f} metrics (measured)",
+                    f"{m_idle + m_egress + m_other:,.0f} metrics (measured: idle {m_idle:,.0f},"
+                    f" egress {m_egress:,.0f})",
                     usd_idle + usd_egress + usd_other,
                 ),
                 ("other requests", "ListMetrics, GetMetricStatistics (measured)", usd_req),
                 ("all-in", f"${r['all_in'] * 1000 / n:,.2f} per 1,000 instances", r["all_in"]),
             ]
             for term, what, usd in rows:
-                print(f"    {term:15} {what:52} ${usd:>9,.2f}")
+                print(f"    {term:15} {what:62} ${usd:>9,.2f}")
+            print("  model (coreburst/common/cloudwatch_cost.py; every node busy):")
+            for term, what, usd in b.lines():
+                print(f"    {term:15} {what:62} ${usd:>9,.2f}")
             print(f"    prices: {b.source}{', unverified' if b.unverified else ''}")
             for name, ok in r["checks"].items():
                 missed += not ok

@@ -227,11 +227,6 @@ class PeriodStat(NamedTuple):
 ROLLUP_DEVICE = "all (rollup)"
 
 
-def _gap(start: datetime, stamps: list[datetime], now: datetime) -> float:
-    edges = [start, *stamps, now]
-    return max(map(operator.sub, edges[1:], edges[:-1])).total_seconds()
-
-
 def assess_rollup(
     periods: list[PeriodStat],
     expected_series: int | str,
@@ -258,31 +253,52 @@ def assess_rollup(
     start = now - params.window
     thr = params.threshold_percent
     want = expected_series * samples_per_period if isinstance(expected_series, int) else -1
+    # Holes: from the window's start to each complete period, and from the newest complete
+    # period to a newer one that arrived incomplete (data came, so that is no delay). After the
+    # newest complete period the data may still be on its way: max_gap + publish_delay.
+    mg, late = params.max_gap, params.max_gap + params.publish_delay
     # one pass (this runs for every node every read); periods come in time order
-    pts: list[PeriodStat] = []
-    covered: list[datetime] = []
+    n_pts = n_cov = 0
+    first_cov: datetime | None = None
+    edge = start  # the newest complete period (or the window's start)
+    inner = timedelta(0)  # the longest hole ending at a complete period
+    hole_end: datetime | None = None  # where the newest hole longer than max_gap ends
     peak = top = -math.inf
     low = -math.inf  # the highest per-period Minimum
-    top_at: PeriodStat | None = None
     last_busy: datetime | None = None
     last_short: datetime | None = None  # the newest period that arrived incomplete
+    prev = start
+    in_order = True
     for p in periods:
         at = p[0]
         if at < start or at > now:
             continue
-        pts.append(p)
-        if p[1] > peak:
-            peak = p[1]
-            if peak >= thr:
-                top, top_at = peak, p
-        if p[1] >= thr:
+        if at < prev:
+            in_order = False
+        prev = at
+        n_pts += 1
+        mx = p[1]
+        if mx >= thr:
             last_busy = at
-        low = max(low, p[2])
+            if mx > top:  # noqa: PLR1730 (not max(): a call per period, every node every read)
+                top = mx
+        if mx > peak:  # noqa: PLR1730 (as above)
+            peak = mx
+        if p[2] > low:  # noqa: PLR1730 (as above)
+            low = p[2]
         if p[3] == want:
-            covered.append(at)
+            gap = at - edge
+            if gap > inner:  # noqa: PLR1730 (as above)
+                inner = gap
+            if gap > mg:
+                hole_end = at
+            edge = at
+            n_cov += 1
+            if first_cov is None:
+                first_cov = at
         else:
             last_short = at
-    if len(pts) > 1 and not all(map(operator.le, (p[0] for p in pts), (p[0] for p in pts[1:]))):
+    if not in_order:
         return assess_rollup(
             sorted(periods, key=lambda p: p[0]),
             expected_series,
@@ -290,31 +306,26 @@ def assess_rollup(
             params,
             samples_per_period,
         )
+    trailing = now - edge
     stat = DeviceStat(
         ROLLUP_DEVICE,
-        peak if pts else None,
-        len(covered),
-        covered[0] if covered else None,
-        covered[-1] if covered else None,
-        _gap(start, covered, now),
+        peak if n_pts else None,
+        n_cov,
+        first_cov,
+        edge if n_cov else None,
+        max(inner, trailing).total_seconds(),
     )
     stats = [stat]
-    # Holes: from the window's start to each complete period, and from the newest complete
-    # period to a newer one that arrived incomplete (data came, so that is no delay). After the
-    # newest complete period the data may still be on its way: max_gap + publish_delay.
-    mg, late = params.max_gap, params.max_gap + params.publish_delay
-    edges = [start, *covered]
-    if last_short is not None and last_short > edges[-1]:
-        edges.append(last_short)
-    inner = max(map(operator.sub, edges[1:], edges[:-1]), default=timedelta(0))
-    trailing = now - (covered[-1] if covered else start)
-    hole_end = _hole_end(edges, mg)
+    if last_short is not None and last_short > edge:
+        inner = max(inner, last_short - edge)
+        if last_short - edge > mg:
+            hole_end = last_short
     # "One idle accelerator": some accelerator stayed below the threshold in every period.
     # Without Minimum read (idle.report_partial_idle off) the caller passes the Maximum in
     # its place, an upper bound: the note then never claims an idle accelerator.
-    one_idle = bool(pts) and low < thr
+    one_idle = bool(n_pts) and low < thr
     idle_devs = [ROLLUP_DEVICE] if one_idle else []
-    if top_at is not None:
+    if last_busy is not None:
         reason = f"busiest accelerator peaked at {top:.1f}% (threshold {thr:g}%)"
         if one_idle:
             of = f" of {expected_series}" if isinstance(expected_series, int) else ""
@@ -328,11 +339,12 @@ def assess_rollup(
         return Utilization("unknown", expected_series, stats, idle_devs)
     if expected_series < 1 or want < 1:
         return Utilization("unknown", "no accelerator count for this node", stats, idle_devs)
-    if not pts:
+    if not n_pts:
         return Utilization(
             "unknown", "no utilization datapoints for this node in the window", stats
         )
     if inner > mg or trailing > late:
+        pts = [p for p in periods if start <= p[0] <= now]
         short = [p for p in pts if p.samples < want]
         over = [p for p in pts if p.samples > want]
         note = ""
@@ -349,7 +361,7 @@ def assess_rollup(
                 f"rollup SampleCount {most} where {want} were expected in {len(over)} periods "
                 f"(more than one value per accelerator per period)"
             )
-        if not covered:
+        if not n_cov:
             why = note or "no complete period in the window"
         elif inner > mg:
             why = f"partial: a {int(inner.total_seconds())}s gap in the window (max gap "
@@ -366,7 +378,7 @@ def assess_rollup(
     return Utilization(
         "idle",
         f"all {expected_series} devices below {thr:g}% for {mins} min (peak {peak:.1f}%, "
-        f"rollup of {len(covered)} complete periods)",
+        f"rollup of {n_cov} complete periods)",
         stats,
         idle_devs,
     )

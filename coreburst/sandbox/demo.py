@@ -51,7 +51,9 @@ regions: [us-east-1, us-east-2]
 dry_run: false  # the demo shows the daemon acting (against moto)
 interval: 10m
 aws: {{endpoint_url: "{endpoint}", max_attempts: 2, connect_timeout_s: 2}}
-idle: {{window: 30m, max_gap: 5m}}
+# report_partial_idle: the demo shows the "1 of 8 devices idle" note on a busy node (off by
+# default: a third metric per node and read)
+idle: {{window: 30m, max_gap: 5m, report_partial_idle: true}}
 reclaim:
   grace: 20m
   protected: {{tag_selectors: [{{key: "coreburst:protected", values: ["true"]}}]}}

@@ -530,16 +530,18 @@ def fetch_rollups(
         query_stats(cw, items, start=start, end=now, period_s=period_s) if items else ({}, set())
     )
     has_min = "Minimum" in stats
+    assert stats[0] == "Maximum" and stats[-1] == "SampleCount"
     for j, (n, _, w) in enumerate(group):
         iid = n.instance_id
-        if any(j * k + o in failed for o in range(k)):
+        if failed and any(j * k + o in failed for o in range(k)):
             errors[iid] = "GetMetricData failed for this node's batch"
             w.until.pop(iid, None)
             w.periods.pop(iid, None)
             continue
-        got = dict(zip(stats, (data.get(j * k + o, Series()) for o in range(k)), strict=True))
-        mx, sc = got["Maximum"], got["SampleCount"]
-        mn = got["Minimum"] if has_min else mx
+        # ROLLUP_STATS is (Maximum, SampleCount); ROLLUP_PARTIAL_IDLE_STATS adds Minimum between
+        mx = data.get(j * k) or Series()
+        sc = data.get(j * k + k - 1) or Series()
+        mn = (data.get(j * k + 1) or Series()) if has_min else mx
         if mx.timestamps == mn.timestamps == sc.timestamps:
             # the usual answer: one datapoint per period in each
             fresh = list(map(PeriodStat, mx.timestamps, mx.values, mn.values, sc.values))
@@ -553,8 +555,8 @@ def fetch_rollups(
                 for t, v in sorted(zip(mx.timestamps, mx.values, strict=True))
             ]
         # periods read before and not asked for again, then this read's (ascending)
-        old = [p for p in w.periods.get(iid, ()) if win_start <= p.at < start]
-        out[iid] = old + fresh
+        had = w.periods.get(iid)
+        out[iid] = [p for p in had if win_start <= p[0] < start] + fresh if had else fresh
         if cache is not None:
             w.periods[iid], w.until[iid] = out[iid], now
     if cache is not None:

@@ -77,7 +77,8 @@ def states(h: Any, ids: list[str]) -> dict[str, str]:
 
 
 def test_launch_mark_reclaim(harness: Any, hook: WebhookReceiver) -> None:
-    h = harness()
+    # report_partial_idle: the busy node's "1 of 8 devices idle" note needs the rollup's Minimum
+    h = harness("idle: {window: 30m, max_gap: 5m, report_partial_idle: true}")
     n = fleet(h)
     nodes = list(n.values())
     t = h.clock.now() - timedelta(minutes=40)
@@ -128,6 +129,8 @@ def test_launch_mark_reclaim(harness: Any, hook: WebhookReceiver) -> None:
 
 
 def test_busy_again_unmarks(harness: Any) -> None:
+    """A marked node is read again at its reclaim time, not at every read (GetMetricData bills
+    per metric read), and read fresh then: busy again, it is unmarked and never acted on."""
     h = harness()
     e1 = h.client("ec2")
     node = FleetNode(launch(e1, "p5.48xlarge", {"owner": "x"})[0], "us-east-1", "nvidia", 8, "idle")
@@ -136,7 +139,12 @@ def test_busy_again_unmarks(harness: Any) -> None:
     h.clock.advance(timedelta(minutes=10))
     node.profile = "busy"
     r = step(h, [node], h.clock.now() - timedelta(minutes=10))
-    assert r.decisions[0].step == "unmark"
+    # not read before its reclaim time: reported as its last read found it, mark kept
+    assert (r.decisions[0].state, r.decisions[0].step) == ("idle", "none")
+    assert node.instance_id in h.state.marks()
+    h.clock.advance(timedelta(minutes=10))  # the 20-minute grace is over: read fresh
+    r = step(h, [node], h.clock.now() - timedelta(minutes=10))
+    assert r.decisions[0].step == "unmark" and r.actions == []
     assert node.instance_id not in h.state.marks()
 
 
