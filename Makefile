@@ -9,9 +9,9 @@ PYTHON ?= $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.versi
 # Python may cache compiled modules (__pycache__/, git-ignored) even where the environment
 # says not to: without the cache every test worker and every CLI the tests start compiles the
 # project's modules again, and pytest rewrites every test module again (collecting the suite
-# took 13.3 s of CPU per worker without the cache, 6.4 s with it). Setup installs with
-# --no-compile: compiling all 160 packages ahead (pulumi_aws alone is 271 MB of source) took
-# about 35 s, while the modules anything imports are compiled once, on first import, and cached.
+# took 13.3 s of CPU per worker without the cache, 6.4 s with it). pip compiles what it installs
+# (about 35 s): installing with --no-compile left it to the test workers, which all compiled the
+# same modules at once at start (worker start-up 16 s -> 64 s).
 unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: setup system-deps demo plan lint test test-durations unit integration bench bench-burst lambda-package arch clean
@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	@echo "setup 3/3: installing coreburst and its dev extra into $(VENV) (about 160 packages:"
 	@echo "           Pulumi, Ansible, moto, matplotlib...; about 5 minutes on a fresh machine)"
-	$(BIN)/pip install --progress-bar on --no-compile -e '.[dev]'
+	$(BIN)/pip install --progress-bar on -e '.[dev]'
 	touch $@
 	@echo "setup done: $(VENV)/bin/coreburst is installed (or: . $(VENV)/bin/activate)"
 

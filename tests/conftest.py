@@ -92,6 +92,20 @@ class _DurationRecorder:
         DURATIONS.write_text(json.dumps(ordered, indent=1) + "\n")
 
 
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """``-m timing`` alone (``make test``'s serial pass) reads only the files TIMING names: the
+    other test files hold no test it would select, and importing them took most of its time."""
+    if config.getoption("markexpr") != "timing" or not collection_path.name.startswith("test_"):
+        return None
+    if collection_path.suffix != ".py":
+        return None
+    try:
+        rel = collection_path.resolve().relative_to(Path(config.rootpath).resolve())
+    except ValueError:
+        return None
+    return rel.as_posix() not in {t.split("::", 1)[0] for t in TIMING} or None
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     recorded = _recorded()
     # stable: a file's tests keep their order; files not recorded keep theirs, after the rest
