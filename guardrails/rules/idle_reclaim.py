@@ -166,23 +166,28 @@ def _marked_at(n: Node, marks: Mapping[str, Any], mark_tag: str) -> datetime | N
     return marked_at
 
 
-# kv key: when utilization was last read, each node's state at its own last read ("idle",
-# "unknown"; "busy" is every other node with a next read) and the time before which each node
-# is not read again ("next", grouped by time so that 10,000 nodes fit one DynamoDB item), so a
-# fresh process (the Lambda builds one per invocation) keeps ``idle.every`` and the schedule,
-# and reports each node's last read between reads.
+# kv key: when utilization was last read, each node's state at its own last read and the time
+# before which it is not read again, so a fresh process (the Lambda builds one per invocation)
+# keeps ``idle.every`` and the schedule, and reports each node's last read between reads. Each
+# node id is written once: under "next" (by time, then state) or, read at every read, under
+# its state (a busy node always has a next read), so 10,000 nodes fit one DynamoDB item.
 LAST_READ_KEY = "idle-reclaim:last-read"
+_STATES = ("busy", "idle", "unknown")
 
 
 def _load_last_read(cache: aws.SeriesCache, got: Mapping[str, Any]) -> None:
     cache.idle_read_at = parse_iso(got["at"])
     cache.idle_last_read = dict(got)
-    nxt = {iid: parse_iso(t) for t, ids in (got.get("next") or {}).items() for iid in ids}
-    cache.idle_next = nxt
-    states = dict.fromkeys(nxt, "busy")
-    states.update(dict.fromkeys(got.get("idle", ()), "idle"))
-    states.update(dict.fromkeys(got.get("unknown", ()), "unknown"))
-    cache.idle_states = states
+    nxt: dict[str, datetime] = {}
+    states: dict[str, str] = {}
+    for t, by_state in (got.get("next") or {}).items():
+        at = parse_iso(t)
+        for state, ids in by_state.items():
+            for iid in ids:
+                nxt[iid], states[iid] = at, state
+    for state in _STATES:
+        states.update(dict.fromkeys(got.get(state, ()), state))
+    cache.idle_next, cache.idle_states = nxt, states
 
 
 def _last_read_record(cache: aws.SeriesCache, nodes: list[Node], now: datetime) -> dict[str, Any]:
@@ -191,15 +196,18 @@ def _last_read_record(cache: aws.SeriesCache, nodes: list[Node], now: datetime) 
         del cache.idle_states[gone]
     for gone in [i for i in cache.idle_next if i not in here]:
         del cache.idle_next[gone]
-    by_time: dict[str, list[str]] = {}
-    for iid, t in cache.idle_next.items():
-        by_time.setdefault(iso(t), []).append(iid)
     st = cache.idle_states
+    by_time: dict[str, dict[str, list[str]]] = {}
+    for iid, t in cache.idle_next.items():
+        by_time.setdefault(iso(t), {}).setdefault(st.get(iid, "busy"), []).append(iid)
+    read_next = [k for k in st if k not in cache.idle_next]  # at the next read
     return {
         "at": iso(now),
-        "idle": sorted(k for k, v in st.items() if v == "idle"),
-        "unknown": sorted(k for k, v in st.items() if v == "unknown"),
-        "next": {t: sorted(ids) for t, ids in sorted(by_time.items())},
+        **{state: sorted(k for k in read_next if st[k] == state) for state in _STATES},
+        "next": {
+            t: {state: sorted(ids) for state, ids in sorted(g.items())}
+            for t, g in sorted(by_time.items())
+        },
     }
 
 
@@ -210,7 +218,8 @@ def _as_last_read(n: Node, cache: aws.SeriesCache) -> Utilization:
     nxt = cache.idle_next.get(iid)
     after = f"; next read after {iso(nxt)}" if nxt is not None else ""
     if state == "idle":
-        return Utilization("idle", f"idle at its last read{after} (its reclaim time)")
+        when = f"; next read at its reclaim time, {iso(nxt)}" if nxt is not None else ""
+        return Utilization("idle", f"idle at its last read{when}")
     if state == "unknown":
         return Utilization(
             "unknown",

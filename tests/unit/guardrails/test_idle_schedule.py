@@ -283,3 +283,30 @@ metrics_endpoint: {{enabled: false}}
         assert "busy at its last read; next read after" in dec.reason
     n, dec = invocation(20)
     assert n == 2 and dec.state == "busy"
+
+
+def test_the_stored_schedule_of_10000_nodes_fits_one_dynamodb_item() -> None:
+    """DynamoDB items are at most 400 KB (Developer Guide, "Service, account, and table
+    quotas"); the store keeps the record as one JSON string. Each node id is written once,
+    grouped by next read time and state, and a new process reads the same schedule back."""
+    import json
+
+    from guardrails.adapters.aws import SeriesCache
+    from guardrails.rules.idle_reclaim import LAST_READ_KEY, _last_read_record, _load_last_read
+
+    cache = SeriesCache()
+    nodes = [
+        Node(f"i-{k:017x}", "us-east-1", "us-east-1a", "p5.48xlarge", "nvidia", 8, "spot", NOW)
+        for k in range(10_000)
+    ]
+    for k, n in enumerate(nodes):
+        cache.idle_states[n.instance_id] = ("busy", "idle", "unknown")[k % 3]
+        if k % 7:  # some idle / unknown nodes are read at every read
+            cache.idle_next[n.instance_id] = NOW + timedelta(minutes=k % 30)
+    record = _last_read_record(cache, nodes, NOW)
+    value = json.dumps(record, default=str)  # as guardrails/stores/dynamodb.py puts it
+    assert len(LAST_READ_KEY) + len("kv") + len(value.encode()) < 400_000
+    fresh = SeriesCache()
+    _load_last_read(fresh, json.loads(value))
+    assert fresh.idle_next == cache.idle_next and fresh.idle_states == cache.idle_states
+    assert fresh.idle_read_at == NOW
