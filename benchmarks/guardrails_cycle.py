@@ -66,14 +66,14 @@ from typing import Any
 import psutil  # type: ignore[import-untyped]
 
 from coreburst.common.catalog import load_catalog
-from coreburst.common.cloudwatch_cost import Cadence, FleetGroup
+from coreburst.common.cloudwatch_cost import FleetGroup
 from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
 from coreburst.common.telemetry import ROLLUP_STATS, UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import MotoProcess, fake_session, launch
 from guardrails.adapters.aws import Aws
 from guardrails.cli import configure_logging
-from guardrails.config import parse_config
+from guardrails.config import cloudwatch_cadence, parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 
@@ -354,19 +354,7 @@ metrics_endpoint: {{enabled: false}}
     per_k = warm["cpu_s"] * 1000 / n
     per_k_usd = usd_day * 1000 / n
     # the whole bill: what the nodes publish (model of the shipped config) + what was read
-    egress_s = cfg.egress.every.total_seconds() if cfg.egress.enabled else None
-    model = cloudwatch_bill(
-        [FleetGroup("p5.48xlarge", n)],
-        cat,
-        Cadence(
-            cfg.idle.every.total_seconds(),
-            egress_s,
-            window_s=cfg.idle.window.total_seconds(),
-            publish_delay_s=cfg.idle.publish_delay.total_seconds(),
-            period_s=cfg.idle.period.total_seconds(),
-            partial_idle=cfg.idle.report_partial_idle,
-        ),
-    )
+    model = cloudwatch_bill([FleetGroup("p5.48xlarge", n)], cat, cloudwatch_cadence(cfg))
     read_day = idle_day + egress_day + other_day
     all_in = model.custom_usd_day + model.put_usd_day + usd_day
     per_k_all_in = all_in * 1000 / n

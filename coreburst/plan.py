@@ -28,11 +28,12 @@ from rich.table import Table
 from coreburst.burst.config import parse_burst
 from coreburst.burst.cost import GateSummary, PoolRate, gate_summary, pool_rates
 from coreburst.common.catalog import CatalogError, load_catalog
-from coreburst.common.cloudwatch_cost import Cadence, CloudWatchBill, FleetGroup
+from coreburst.common.cloudwatch_cost import CloudWatchBill, FleetGroup
 from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
 from coreburst.common.console import console as make_console
 from coreburst.common.pricing import CostLine
 from coreburst.common.textio import read_text
+from guardrails.config import cloudwatch_cadence
 from guardrails.config import parse_config as guardrails_defaults
 from infra.config import StackConfig, StackConfigError
 from infra.offline import evaluate_stack, load_stack_yaml, stack_file
@@ -227,19 +228,10 @@ def build_report(
 def _cloudwatch(config: StackConfig) -> CloudWatchBill:
     """The guardrails' CloudWatch $/day with every cluster's nodes up (coreburst.common.
     cloudwatch_cost), at the daemon's default cadence."""
-    d = guardrails_defaults("")
-    egress = d.egress.every.total_seconds() if d.egress.enabled else None
     return cloudwatch_bill(
         [FleetGroup(c.instance_type, c.nodes, c.per_device_metrics) for c in config.clusters],
         load_catalog(),
-        Cadence(
-            d.idle.every.total_seconds(),
-            egress,
-            window_s=d.idle.window.total_seconds(),
-            publish_delay_s=d.idle.publish_delay.total_seconds(),
-            period_s=d.idle.period.total_seconds(),
-            partial_idle=d.idle.report_partial_idle,
-        ),
+        cloudwatch_cadence(guardrails_defaults("")),
     )
 
 

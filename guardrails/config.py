@@ -59,6 +59,7 @@ from pydantic_settings import (
 )
 
 from coreburst.common.catalog import load_catalog
+from coreburst.common.cloudwatch_cost import Cadence
 from coreburst.common.errors import one_line as _one_line
 from coreburst.common.errors import redact
 from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRICS, AcceleratorKind
@@ -873,6 +874,20 @@ class GuardrailsConfig(BaseSettings):
     def watched_types(self) -> list[str]:
         cat = load_catalog()
         return sorted(self.instance_types or cat.instances)
+
+
+def cloudwatch_cadence(cfg: GuardrailsConfig) -> Cadence:
+    """How often a daemon with ``cfg`` reads CloudWatch (what ``coreburst.common.cloudwatch_cost``
+    prices): the idle rule's schedule and the egress rule's reads, if it is on."""
+    idle = cfg.idle
+    return Cadence(
+        idle.every.total_seconds(),
+        cfg.egress.every.total_seconds() if cfg.egress.enabled else None,
+        window_s=idle.window.total_seconds(),
+        publish_delay_s=idle.publish_delay.total_seconds(),
+        period_s=idle.period.total_seconds(),
+        partial_idle=idle.report_partial_idle,
+    )
 
 
 def one_line(exc: ValidationError, origin: str) -> str:
