@@ -110,16 +110,22 @@ def _cents(x: Fraction) -> int:
 
 def apportion(total_cents: int, parts: list[Fraction]) -> list[int]:
     """Share ``total_cents`` over ``parts`` (exact dollars) by largest remainder: each part
-    gets its floor in cents, the cents left go to the largest remainders (ties: first).
+    gets its floor in cents, the cents left go to the largest remainders (ties: first). When
+    the floors already exceed the total (a total rounded down, parts in whole cents) the
+    excess comes off the smallest remainders (ties: last) that have a cent to give.
 
     >>> apportion(100, [Fraction(1, 3)] * 3)
     [34, 33, 33]
+    >>> apportion(1, [Fraction(1, 100), Fraction(1, 100)])
+    [1, 0]
     """
     floors = [int(p * 100 // 1) for p in parts]
     left = total_cents - sum(floors)
     order = sorted(range(len(parts)), key=lambda i: (-(parts[i] * 100 - floors[i]), i))
     for i in order[: max(0, left)]:
         floors[i] += 1
+    for i in [i for i in reversed(order) if floors[i] > 0][: max(0, -left)]:
+        floors[i] -= 1
     return floors
 
 
@@ -350,11 +356,12 @@ def build_ledger(
         r.core_cents = (
             None if core_rate is None else _cents(r.core_gpu_s * Fraction(core_rate) / 3600)
         )
-    everyone = [*ordered, idle]
-    exact = sum((r.burst_usd for r in everyone), start=Fraction(0))
-    for r, c in zip(
-        everyone, apportion(_cents(exact), [r.burst_usd for r in everyone]), strict=True
-    ):
+    # The idle row is rounded on its own, so that it reads the same under every --by; the
+    # groups share the rest of the rounded total, so that the rows still add up to it.
+    exact = sum((r.burst_usd for r in [*ordered, idle]), start=Fraction(0))
+    idle.burst_cents = _cents(idle.burst_usd)
+    shares = apportion(_cents(exact) - idle.burst_cents, [r.burst_usd for r in ordered])
+    for r, c in zip(ordered, shares, strict=True):
         r.burst_cents = c
     idle.core_cents = None if core_rate is None else 0
     idle_c = Row(IDLE_CORE_ROW, unknown=core is None)

@@ -175,6 +175,9 @@ def test_unknown_prices_are_unpriced_never_zero() -> None:
 def test_apportion_keeps_the_total() -> None:
     assert apportion(100, [Fraction(1, 3)] * 3) == [34, 33, 33]
     assert apportion(0, [Fraction(0)]) == [0]
+    # floors over the total: a cent comes off a part that has one
+    assert apportion(1, [Fraction(1, 100), Fraction(1, 100)]) == [1, 0]
+    assert apportion(0, [Fraction(0), Fraction(1, 100)]) == [0, 0]
 
 
 _jobs = st.lists(
@@ -260,6 +263,17 @@ def test_rows_add_up_to_totals_to_the_cent(  # noqa: PLR0917
     burst_exact = sum((r.burst_usd for r in led.all_rows), start=Fraction(0))
     total_burst = led.total("burst_cents")
     assert sum(r.burst_cents for r in led.all_rows) == total_burst
+    # every row within a cent of its exact dollars (a whole cent only when one is taken off a
+    # row in whole cents), and the idle row the same under another --by
+    assert all(
+        abs(Fraction(r.burst_cents, 100) - r.burst_usd) <= Fraction(1, 100) for r in led.all_rows
+    )
+    by_job = build_ledger(
+        recs, since=5_000, until=300_000, now=600_000, by="job", core_rate=rate,
+        burst_nodes=nodes, lifetimes=lifetimes, core=core,
+    )  # fmt: skip
+    assert by_job.idle.burst_cents == led.idle.burst_cents
+    assert by_job.total("burst_cents") == total_burst
     assert abs(Fraction(total_burst, 100) - burst_exact) <= Fraction(1, 200)
     # when every job fits in its nodes' lifetimes, burst = instance-hours x price exactly
     if not any("incomplete" in n for n in led.notes):
