@@ -431,9 +431,8 @@ def fail_node(
     )
     step("update", f"nodename={node}", "state=power_down_force")
     for job in jobs:
-        have = notes.get(job, "" if read else None)
         text = f"coreburst: burst node {node} failed its health check ({why}); requeued {when}"
-        value = None if have is None else admin_comment.merge(have, "requeue", text)
+        value = admin_comment.merged_for(notes, read, job, "requeue", text)
         if value is None:  # never overwrite a comment that could not be read
             errors.append(f"job {job}: AdminComment unreadable or full, not noted")
             log.error("node-check %s: job %s: AdminComment unreadable, not noted", node, job)

@@ -794,8 +794,7 @@ class Power:
         if any(j not in self._comments for j in wanted):
             self.all_jobs()
         for job in wanted:
-            have = self._comments.get(job, "" if self._jobs_read else None)
-            value = None if have is None else admin_comment.merge(have, kind, text)
+            value = admin_comment.merged_for(self._comments, self._jobs_read, job, kind, text)
             if value is None:
                 log.warning("job %s: AdminComment unreadable or full; not noted: %s", job, text)
                 continue

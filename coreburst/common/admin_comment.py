@@ -33,6 +33,7 @@ the comment unreadable (:func:`comment_of` returns None) and coreburst then leav
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 SEP = " | "
 PREFIX = "coreburst: "
@@ -92,6 +93,26 @@ def merge(current: str, kind: str, text: str) -> str | None:
             return None
         ours.pop()  # the oldest of coreburst's notes goes first
     return None
+
+
+def merged_for(
+    comments: Mapping[str, str | None], listed: bool, job: str, kind: str, text: str
+) -> str | None:
+    """The AdminComment to write on ``job``: :func:`merge` of its current comment (from
+    :func:`comments`) and ``text``. A job the read did not list has no comment when the read
+    answered (``listed``); when it did not, or the job's comment could not be read, or even the
+    note alone does not fit: None, and nothing is written (a comment is never overwritten
+    blind).
+
+    >>> merged_for({"7": "site"}, True, "7", "burst", "coreburst: bursting on od-1")
+    'site | coreburst: bursting on od-1'
+    >>> merged_for({}, True, "8", "burst", "coreburst: bursting on od-1")
+    'coreburst: bursting on od-1'
+    >>> merged_for({}, False, "8", "burst", "coreburst: bursting on od-1") is None
+    True
+    """
+    have = comments.get(job, "" if listed else None)
+    return None if have is None else merge(have, kind, text)
 
 
 def comment_of(line: str) -> str | None:

@@ -245,8 +245,6 @@ class SeriesCache:
         # idle-reclaim's last read (guardrails.rules.idle_reclaim): when, and its decisions
         self.idle_read_at: datetime | None = None
         self.idle_decisions: dict[str, Any] = {}
-        # the last read as the state store has it, when another process made it
-        self.idle_last_read: dict[str, Any] | None = None
         # per node: not read before this time (it cannot be idle for the window until then)
         self.idle_next: dict[str, datetime] = {}
         # per node: its state at its own last read ("idle", "busy", "unknown")

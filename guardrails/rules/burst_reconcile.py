@@ -575,9 +575,8 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
             f"{p.on_demand_partition} added"
         )
         ctx.actuator.audit("burst.spot_fallback", job=job, partitions=parts, why=why)
-        current = have.get(job, "" if read else None)
         text = f"coreburst: {why}; the burst spend gate checks the on-demand price"
-        value = None if current is None else admin_comment.merge(current, "fallback", text)
+        value = admin_comment.merged_for(have, read, job, "fallback", text)
         note = () if value is None else (f"AdminComment={value}",)
         args = ("update", f"jobid={job}", f"partition={parts},{p.on_demand_partition}", *note)
         try:

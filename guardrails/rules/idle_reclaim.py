@@ -177,7 +177,6 @@ _STATES = ("busy", "idle", "unknown")
 
 def _load_last_read(cache: aws.SeriesCache, got: Mapping[str, Any]) -> None:
     cache.idle_read_at = parse_iso(got["at"])
-    cache.idle_last_read = dict(got)
     nxt: dict[str, datetime] = {}
     states: dict[str, str] = {}
     for t, by_state in (got.get("next") or {}).items():

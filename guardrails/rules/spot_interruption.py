@@ -203,8 +203,7 @@ class Slurm:
             self.read_all = True
             self.comments.update(admin_comment.comments(self.sc.run("-o", "show", "job")))
             self.read_ok = True
-        have = self.comments.get(job, "" if self.read_ok else None)
-        value = None if have is None else admin_comment.merge(have, "requeue", text)
+        value = admin_comment.merged_for(self.comments, self.read_ok, job, "requeue", text)
         if value is None:
             raise SlurmError(f"job {job}: AdminComment unreadable or full; not noted")
         self.sc.run("update", f"jobid={job}", f"AdminComment={value}")

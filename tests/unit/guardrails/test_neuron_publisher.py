@@ -25,7 +25,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import botocore.session
 import pytest
+from botocore.validate import validate_parameters
 from moto import mock_aws
 
 import coreburst.common.neuron_report as nr
@@ -283,6 +285,13 @@ def test_the_publisher_buffers_its_collections_and_sends_once_per_flush(tmp_path
     assert [p["StatisticValues"]["Maximum"] for p in rest[::2]] == [97.25, 0.0, 97.25]
     for p in first + rest:
         assert datetime.strptime(p["Timestamp"], "%Y-%m-%dT%H:%M:%SZ")
+    # each request as botocore's service model for PutMetricData takes it (what the AWS CLI
+    # validates its --metric-data JSON against; a Timestamp it cannot parse is refused)
+    model = botocore.session.get_session().get_service_model("cloudwatch")
+    shape = model.operation_model("PutMetricData").input_shape
+    for c in calls:
+        ns = c[c.index("--namespace") + 1]
+        validate_parameters({"Namespace": ns, "MetricData": json.loads(c[5])}, shape)
 
 
 def test_a_metric_someone_else_publishes_needs_no_heartbeat() -> None:
