@@ -405,24 +405,15 @@ def run(
 
     import structlog
 
-    from guardrails.loop import LoopStopError, run_loop, serve_metrics
+    from guardrails.loop import LoopStopError, run_loop, serve_metrics, stop_handler
 
     configure_logging(log_level)
     log = structlog.get_logger("guardrails")
     cfg = _load(config)
     stop = threading.Event()
-
-    def _term(signum: int, _frame: Any) -> None:
-        # The first SIGTERM/SIGINT lets the step in flight finish (each is bounded: AWS
-        # timeouts, slack.cycle_budget_s) and ends the wait between cycles at once. A second
-        # one stops mid-step: safe too, as every action's intent is on disk before its call.
-        if stop.is_set():
-            raise SystemExit(128 + signum)
-        stop.set()
-        log.info("daemon.stopping", signal=signal.Signals(signum).name)
-
-    signal.signal(signal.SIGTERM, _term)
-    signal.signal(signal.SIGINT, _term)
+    handler = stop_handler(stop, log)
+    signal.signal(signal.SIGTERM, handler)
+    signal.signal(signal.SIGINT, handler)
     with _daemon(cfg) as d:
         try:
             serve_metrics(d, log)

@@ -8,7 +8,9 @@ the signal handlers and turns :class:`LoopStopError` into its one-line exit.
 
 from __future__ import annotations
 
+import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,31 @@ from guardrails.stores.sqlite import State
 
 class LoopStopError(RuntimeError):
     """Why the loop cannot go on (one line; the CLI exits 2 with it)."""
+
+
+def stop_handler(stop: threading.Event, log: Any) -> Callable[[int, Any], None]:
+    """The SIGTERM/SIGINT handler of ``run``. The first signal lets the step in flight finish
+    (each is bounded: AWS timeouts, slack.cycle_budget_s) and ends the wait between cycles at
+    once; a second one stops mid-step: safe too, as every action's intent is on disk before
+    its call.
+
+    The handler runs in the main thread between two of its bytecodes, possibly inside
+    ``stop.wait()`` after it took the event's lock and before it released it; ``stop.set()``
+    takes that same lock, so called from the handler it could wait for itself for ever (the
+    daemon then ignored SIGTERM until killed). The event is set, and the stop logged, from a
+    thread of its own, which takes the lock once the main thread lets go of it."""
+
+    def stopping(name: str) -> None:
+        stop.set()
+        log.info("daemon.stopping", signal=name)
+
+    def handle(signum: int, _frame: Any) -> None:
+        if stop.is_set():
+            raise SystemExit(128 + signum)
+        name = signal.Signals(signum).name
+        threading.Thread(target=stopping, args=(name,), name="stop", daemon=True).start()
+
+    return handle
 
 
 def serve_metrics(d: Any, log: Any) -> None:
