@@ -7,6 +7,7 @@ each fit the limit alone, of which only three fit together, start at one barrier
 from __future__ import annotations
 
 import multiprocessing as mp
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -28,7 +29,11 @@ LEFT = {"today": 35.0, "this month": 1000.0}
 
 @pytest.fixture(scope="module")
 def moto_url() -> Iterator[str]:
-    m = MotoProcess().start()
+    # one request at a time, so that a conditional PutItem is atomic as DynamoDB documents it
+    # (moto_serial_server.py says why)
+    m = MotoProcess(
+        launcher=[sys.executable, str(Path(__file__).with_name("moto_serial_server.py"))]
+    ).start()
     try:
         yield m.url
     finally:
