@@ -410,7 +410,7 @@ class BudgetRelayConfig(_Strict):
 
 
 class BurstReconcileConfig(_Strict):
-    """The ``burst-reconcile`` rule (guardrails/rules/burst_reconcile.py): EC2 against the
+    """The ``burst-reconcile`` rule (coreburst/burst/reconcile.py): EC2 against the
     on-prem Slurm's cloud nodes. Off unless switched on; it needs ``scontrol`` on this host."""
 
     enabled: bool = False
@@ -465,7 +465,7 @@ class BurstReconcileConfig(_Strict):
 
 
 class SpotInterruptionConfig(_Strict):
-    """The ``spot-interruption`` rule (guardrails/rules/spot_interruption.py): EC2 Spot
+    """The ``spot-interruption`` rule (coreburst/burst/spot_interruption.py): EC2 Spot
     interruption warnings and rebalance recommendations for burst nodes (EventBridge -> SQS).
     Off unless switched on; it needs ``scontrol`` and ``scancel`` on this host and finds the
     node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
@@ -492,7 +492,7 @@ class SpotInterruptionConfig(_Strict):
 
 
 class BurstHealthConfig(_Strict):
-    """The ``burst-health`` rule (guardrails/rules/burst_health.py): EC2 scheduled events and
+    """The ``burst-health`` rule (coreburst/burst/ec2_events.py): EC2 scheduled events and
     impaired status checks on burst instances drain the node and power it down, so its
     instance is replaced. Off unless switched on; it finds the node by ``burst_reconcile``'s
     stack, tag keys and Slurm settings."""

@@ -528,7 +528,7 @@ class BurstNode(_Model):
     munge_key_secret_arn: Annotated[str, _arn("secretsmanager", "secret:")] | None = None
     # The resume program tags an instance after CreateFleet returns: wait this long for it.
     tag_wait_seconds: int = Field(default=600, ge=10, le=3600)
-    # The health gate (coreburst/burst/health.py): slurmd starts only after `coreburst burst
+    # The health gate (coreburst/burst/node_check.py): slurmd starts only after `coreburst burst
     # node-check --gate` passed on the instance (GPUs, DCGM, EFA against the catalog). The
     # image must carry coreburst (and nvidia-smi, dcgmi, fi_info); false skips the gate.
     health_gate: bool = True

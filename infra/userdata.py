@@ -225,7 +225,7 @@ class SlurmJoin:
 
 def _health_gate() -> list[str]:
     """slurmd starts only on a node that passed ``coreburst burst node-check --gate``
-    (coreburst/burst/health.py): on failure the check itself sets the node DOWN with the
+    (coreburst/burst/node_check.py): on failure the check itself sets the node DOWN with the
     reason and has it powered down (the job requeues, the instance is replaced); the block
     stops here either way, so a failing node never registers."""
     return [

@@ -247,7 +247,7 @@ def release_hold(
     import os
     import sqlite3
 
-    from guardrails.rules.burst_reconcile import (
+    from coreburst.burst.reconcile import (
         BACKOFF_PREFIX,
         OPERATOR_RELEASED,
         PROTECT_PREFIX,
@@ -328,7 +328,7 @@ def node_check(  # noqa: PLR0917 (one parameter per CLI option)
     """Health gate for a fresh burst node, run before slurmd starts: GPUs (nvidia-smi, DCGM), EFA devices, optional all-reduce. Exit 0 passed, 1 failed, 2 bad input.
 
     $ coreburst burst node-check --node od-1 --stack prod --gate"""  # noqa: E501
-    from coreburst.burst import health
+    from coreburst.burst import node_check
     from coreburst.burst.slurmconf import node_set_of
 
     s = _stack(stack, stack_dir) if stack else None
@@ -347,14 +347,14 @@ def node_check(  # noqa: PLR0917 (one parameter per CLI option)
     except ValueError as exc:
         raise _fail(f"--nccl-command: {exc} (quote it as a shell would)") from None
     try:
-        expect = health.expected(itype)
-    except health.HealthInputError as exc:
+        expect = node_check.expected(itype)
+    except node_check.HealthInputError as exc:
         raise _fail(str(exc)) from None
     audit = _setup_logs(s) if s is not None else None
-    code = health.node_check(
+    code = node_check.node_check(
         node,
         expect,
-        runner=health.Replay(replay) if replay is not None else health.run_subprocess,
+        runner=node_check.Replay(replay) if replay is not None else node_check.run_subprocess,
         dcgm=dcgm,
         nccl_command=nccl_command,
         nccl_min_busbw=nccl_min_busbw,

@@ -41,18 +41,17 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coreburst.burst import ec2io
+from coreburst.burst import admin_comment, ec2io
 from coreburst.burst.claims import Batch, Claims, new_token
+from coreburst.burst.commitments import SpendLedger
 from coreburst.burst.config import BurstStack, GateLimits, gate_limits
 from coreburst.burst.cost import slurm_hours
+from coreburst.burst.ec2errors import UNFULFILLABLE, classify, resolve
 from coreburst.burst.hostlist import HostlistError, compress, expand
 from coreburst.burst.slurmconf import NodeSet, node_set_of
-from coreburst.common import admin_comment
 from coreburst.common.catalog import CatalogError, load_catalog
-from coreburst.common.ec2errors import UNFULFILLABLE, classify, resolve
 from coreburst.common.pricing import instance_rate
 from guardrails.adapters.slurm import SPEND_HOLD_PREFIX, run_tool, spend_left
-from guardrails.ledger import SpendLedger
 from infra.config import StackConfigError
 
 if TYPE_CHECKING:
@@ -77,7 +76,7 @@ HELD_STATES = ("pending", "running", "stopping", "stopped")
 FAIL_REASON = "Failure when resuming nodes"
 # The code nodes fail with while every (type, zone) choice of their pool is backed off.
 BACKOFF_CODE = "CapacityBackoff"
-# The pool holds' reservation names (guardrails/rules/burst_reconcile.py places and lifts the
+# The pool holds' reservation names (coreburst/burst/reconcile.py places and lifts the
 # same ones).
 BACKOFF_RESERVATION = "coreburst-backoff-"
 PROTECT_RESERVATION = "coreburst-protect-"
@@ -480,7 +479,7 @@ class Power:
 
         Every choice EC2 reports a capacity error for is backed off
         (``coreburst:burst.capacityBackoffS``); the code returned is the real one behind
-        ``UnfulfillableCapacity`` (coreburst/common/ec2errors.py)."""
+        ``UnfulfillableCapacity`` (coreburst/burst/ec2errors.py)."""
         try:
             template = self.launch_template(ns.cluster)
         except LookupError:
@@ -783,7 +782,7 @@ class Power:
         """Say on each job why it waits (``scontrol show job`` shows ``AdminComment=``; only
         an administrator can set it, so a user cannot overwrite it): ``text`` replaces the
         job's previous coreburst note of ``kind`` and the rest is kept (a site's own text,
-        coreburst's other notes; coreburst.common.admin_comment). Each job's AdminComment
+        coreburst's other notes; coreburst.burst.admin_comment). Each job's AdminComment
         comes from a read this run already made (its one read of all jobs, or of the job's
         time limit), else from one read of all jobs. A job whose comment cannot be read is
         not noted (its text is never overwritten blind); one Slurm does not list is noted
@@ -834,7 +833,7 @@ class Power:
 
     def hold_pools(self, by_code: dict[str, list[str]]) -> None:
         """Hold a pool whose launch failed so Slurm stops choosing its nodes and the jobs
-        start elsewhere now (coreburst/common/ec2errors.py): out of every (type, zone)
+        start elsewhere now (coreburst/burst/ec2errors.py): out of every (type, zone)
         choice after capacity errors, a MAINT reservation ``coreburst-backoff-<pool>-<ms>``
         that ends by itself after ``capacityBackoffS``; a quota or an invalid request,
         ``coreburst-protect-<pool>`` until an operator lifts it (``coreburst burst
@@ -1019,7 +1018,8 @@ class Power:
         """(projected USD, why it may not launch or None). Each node costs its instance's
         $/h (coreburst.common.pricing) times the longest time limit of the jobs it is resumed for.
         An
-        approval commits that cost in the scope's ledger (guardrails/ledger.py) atomically with
+        approval commits that cost in the scope's ledger (coreburst/burst/commitments.py)
+        atomically with
         the check: limit - accrued - committed must hold it."""
         gate = self.stack.settings.spend_gate
         assert gate is not None

@@ -706,7 +706,7 @@ class BootWatcher:
         self.boot_delay, self.every = boot_delay, every
         # Nodes whose instances never register (a broken image): their slurmd is not started.
         self.never_boot: set[str] = set()
-        # Health gate (coreburst/burst/health.py): a node listed here runs ``coreburst burst
+        # Health gate (coreburst/burst/node_check.py): a node listed here runs ``coreburst burst
         # node-check --gate`` on the recorded outputs in these directories (one per boot, the
         # last repeating) before its slurmd starts; on failure slurmd is never started. Nodes
         # not listed boot as before.

@@ -101,6 +101,10 @@ class RuleContext:
 @dataclass(frozen=True)
 class Rule:
     name: str
+    # Where in a cycle it runs, lower first (the budget relay reads the burn spend-limit
+    # recorded; spot-interruption requeues, with the reason on the job, before burst-reconcile
+    # powers down). Unique across rules.
+    order: int
     description: str
     params: type[BaseModel]
     iam_actions: tuple[str, ...]

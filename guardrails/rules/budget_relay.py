@@ -65,6 +65,7 @@ def run(ctx: RuleContext) -> None:
 
 RULE = Rule(
     name="budget-relay",
+    order=40,
     description=(
         "Relay AWS Budgets notifications (SNS -> SQS) to Slack with the live burn rate and "
         "the top spenders; a message leaves the queue only once its alert is stored."

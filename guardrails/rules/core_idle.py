@@ -455,6 +455,7 @@ def _act(ctx: RuleContext, slurm: SlurmJobs, a: Assessment, key: str, warned_at:
 
 RULE = Rule(
     name="core-idle",
+    order=80,
     description=(
         "Warn the owners of Slurm jobs on the on-prem core whose GPUs stay idle (DCGM via "
         "Prometheus), and after a grace period requeue or cancel them by policy."

@@ -143,6 +143,7 @@ def run(ctx: RuleContext) -> None:
 
 RULE = Rule(
     name="egress-spike",
+    order=30,
     description=(
         "Project daily egress $ from instance NetworkOut and NAT BytesOutToDestination; "
         "alert over a threshold or a jump against the trailing baseline."

@@ -429,6 +429,7 @@ def _apply(ctx: RuleContext, n: Node, d: Decision, digests: dict[str, _Digest]) 
 
 RULE = Rule(
     name="idle-reclaim",
+    order=10,
     description=(
         "Mark nodes whose every accelerator stayed below the threshold for the window, "
         "warn the owner, and after the grace period stop, terminate or scale them in."

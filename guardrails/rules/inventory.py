@@ -44,6 +44,7 @@ def observe(ctx: RuleContext) -> list[Node]:
 
 RULE = Rule(
     name="inventory",
+    order=0,
     description=(
         "List running accelerated instances per region, with live spot prices "
         "(always on, whatever `rules` lists)."

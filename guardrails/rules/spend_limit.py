@@ -305,6 +305,7 @@ def _scale_to_zero(asgc: Any, name: str) -> str:
 
 RULE = Rule(
     name="spend-limit",
+    order=20,
     description=(
         "Live burn rate plus Cost Explorer actuals per scope; alert at thresholds of the "
         "daily/monthly limit and optionally enforce at the hard limit."

@@ -208,7 +208,7 @@ class Guardrails(pulumi.ComponentResource):
             opts=child,
         )
         # EC2 spot interruption warnings and rebalance recommendations for the
-        # spot-interruption rule, when it is deployed (guardrails/rules/spot_interruption.py).
+        # spot-interruption rule, when it is deployed (coreburst/burst/spot_interruption.py).
         self.spot_queue = _spot_events(name, child) if SPOT_RULE in args.rule_actions else None
         self.log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs", name=f"/aws/lambda/{name}-daemon", retention_in_days=90, opts=child

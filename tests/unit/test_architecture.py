@@ -99,10 +99,12 @@ def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
         "coreburst/tco/__init__.py", "coreburst/common/__init__.py", "coreburst/__init__.py",
         "guardrails/rules/__init__.py", "guardrails/rules/base.py", "coreburst/cost/__init__.py",
     ]  # fmt: skip
-    for rule in ("budget_relay", "burst_reconcile", "core_idle", "egress_spike"):
+    for rule in ("budget_relay", "core_idle", "egress_spike"):
         mods.append(f"guardrails/rules/{rule}.py")
-    for rule in ("idle_reclaim", "inventory", "spend_limit", "spot_interruption"):
+    for rule in ("idle_reclaim", "inventory", "spend_limit"):
         mods.append(f"guardrails/rules/{rule}.py")
+    for rule in ("ec2_events", "reconcile", "spot_interruption"):  # burst's rules
+        mods.append(f"coreburst/burst/{rule}.py")
     for m in mods:
         (tmp_path / m).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / m).touch()

@@ -18,9 +18,9 @@ from botocore.validate import ParamValidator
 from moto import mock_aws
 
 from coreburst.burst.config import BurstStack, parse_burst
+from coreburst.burst.ec2errors import ACTIONS, classify, resolve
 from coreburst.burst.power import Audit, Power, ResumeResult
 from coreburst.burst.slurmconf import node_sets, render_gres, render_slurm_include
-from coreburst.common.ec2errors import ACTIONS, classify, resolve
 from infra.config import StackConfigError
 from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
 

@@ -19,6 +19,7 @@ import yaml
 from botocore.validate import ParamValidator
 from moto import mock_aws
 
+from coreburst.burst.admin_comment import comments
 from coreburst.burst.config import BurstStack, SpendGate, gate_limits, load_burst_stack, parse_burst
 from coreburst.burst.power import (
     FLEET_BATCH,
@@ -30,7 +31,6 @@ from coreburst.burst.power import (
     slurm_hours,
 )
 from coreburst.burst.slurmconf import node_sets
-from coreburst.common.admin_comment import comments
 from coreburst.common.catalog import load_catalog
 from coreburst.common.pricing import instance_rate
 from guardrails.adapters.slurm import parse_spend_holds, releasable

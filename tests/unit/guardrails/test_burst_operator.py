@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from coreburst.burst.reconcile import ICE, OPERATOR_RELEASED, Instance, holds, plan
 from guardrails.adapters.slurm import parse_nodes
 from guardrails.config import BurstReconcileConfig
-from guardrails.rules.burst_reconcile import ICE, OPERATOR_RELEASED, Instance, holds, plan
-from tests.unit.guardrails.test_burst_reconcile import node_line
+from tests.unit.burst.test_reconcile import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 P = BurstReconcileConfig(enabled=True, stack="lab", capacity_backoff=timedelta(minutes=30))

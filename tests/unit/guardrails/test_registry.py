@@ -31,6 +31,8 @@ from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State
 
 ROOT = Path(__file__).resolve().parents[3]
+# The daemon's own rules, and the burst product's (beside the rest of burst).
+RULE_HOMES = (ROOT / "guardrails" / "rules", ROOT / "coreburst" / "burst")
 BUDGETS_TEXT = """AWS Budget Notification December 02, 2026
 AWS Account 123456789012
 
@@ -60,9 +62,39 @@ def test_each_rule_is_its_own_module_and_the_readme_points_at_it() -> None:
     for name, rule in REGISTRY.items():
         module = (rule.run or rule.section).__module__
         path = ROOT / (module.replace(".", "/") + ".py")
-        assert path.is_file() and path.parent == ROOT / "guardrails" / "rules", (name, path)
+        assert path.is_file() and path.parent in RULE_HOMES, (name, path)
         rel = path.relative_to(ROOT).as_posix()
         assert re.search(rf"\| `{re.escape(name)}` \| `{re.escape(rel)}`", readme), (name, rel)
+
+
+def _rule_modules() -> set[str]:
+    """Every shipped module that defines a rule (a top-level ``RULE = Rule(...)``)."""
+    out = set()
+    for home in RULE_HOMES:
+        for path in home.glob("*.py"):
+            for node in ast.parse(path.read_text()).body:
+                if (
+                    isinstance(node, ast.Assign)
+                    and [getattr(t, "id", None) for t in node.targets] == ["RULE"]
+                    and isinstance(node.value, ast.Call)
+                    and getattr(node.value.func, "id", None) == "Rule"
+                ):
+                    out.add(path.relative_to(ROOT).with_suffix("").as_posix().replace("/", "."))
+    return out
+
+
+def test_the_rules_registered_are_exactly_the_rule_modules_shipped() -> None:
+    """One registration point (the entry points in pyproject.toml) for the daemon, the Lambda
+    handler and the IAM generator: a rule module left out of it would never run, and an entry
+    point without a module would fail every daemon at start."""
+    from importlib.metadata import entry_points
+
+    from guardrails.rules import ENTRY_POINT_GROUP
+
+    declared = {ep.value.split(":")[0] for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    assert declared == _rule_modules()
+    assert {(rule.run or rule.section).__module__ for rule in REGISTRY.values()} == declared
+    assert len({rule.order for rule in REGISTRY.values()}) == len(REGISTRY)
 
 
 def _imports(path: Path) -> set[str]:
@@ -76,7 +108,8 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_no_rule_imports_the_daemon_and_the_config_imports_no_rule() -> None:
-    for path in sorted((ROOT / "guardrails" / "rules").glob("*.py")):
+    for module in [*sorted(_rule_modules()), "guardrails.rules.base"]:
+        path = ROOT / (module.replace(".", "/") + ".py")
         assert not {m for m in _imports(path) if m.startswith("guardrails.daemon")}, path
     assert not {m for m in _imports(ROOT / "guardrails" / "config.py") if "rules" in m}
     assert "getattr" not in (ROOT / "guardrails" / "rules" / "__init__.py").read_text()

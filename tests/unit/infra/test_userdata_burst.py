@@ -205,8 +205,8 @@ FAKE_APT = RECORDER + (
 )
 
 
-# MADE UP BY US: `coreburst burst node-check` (coreburst/burst/health.py) recorded, passing
-# or failing as FAKE_CHECK says (its own behaviour is tested in tests/unit/burst/test_health.py).
+# MADE UP BY US: `coreburst burst node-check` (coreburst/burst/node_check.py) recorded, passing
+# or failing as FAKE_CHECK says (its own behaviour: tests/unit/burst/test_node_check.py).
 FAKE_COREBURST = RECORDER + '[ "$FAKE_CHECK" = pass ] || { echo "gpu: 7 of 8" >&2; exit 1; }\n'
 
 

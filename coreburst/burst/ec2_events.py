@@ -252,6 +252,7 @@ def run(ctx: RuleContext) -> None:
 
 RULE = Rule(
     name="burst-health",
+    order=60,
     description=(
         "Drain burst nodes whose instance has an EC2 scheduled event or an impaired status "
         "check, power them down once idle so the instance is replaced, and requeue a job "

@@ -1,4 +1,4 @@
-"""coreburst's notes merged into a job's AdminComment (coreburst/common/admin_comment.py).
+"""coreburst's notes merged into a job's AdminComment (coreburst/burst/admin_comment.py).
 
 The ``scontrol -o show job`` lines are real: Slurm 22.05.8 (Debian's slurm-wlm), recorded in
 tests/fixtures/slurm/ (README.md there says how); the length limit is the one Slurm's source
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from coreburst.common.admin_comment import (
+from coreburst.burst.admin_comment import (
     KINDS,
     MAX_BYTES,
     SEP,

@@ -69,7 +69,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from coreburst.common import admin_comment
+from coreburst.burst import admin_comment
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.onprem.parsers import (
     NVIDIA_SMI_FIELDS,
@@ -80,7 +80,7 @@ from coreburst.onprem.parsers import (
     parse_nvidia_smi_csv,
 )
 
-log = logging.getLogger("coreburst.burst.health")
+log = logging.getLogger("coreburst.burst.node_check")
 
 NVIDIA_SMI = [
     "nvidia-smi",

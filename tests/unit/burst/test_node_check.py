@@ -1,4 +1,4 @@
-"""``coreburst burst node-check`` (coreburst/burst/health.py) on the outputs in
+"""``coreburst burst node-check`` (coreburst/burst/node_check.py) on the outputs in
 tests/fixtures/health/ (synthesized from the tools' documented formats, not recorded on
 hardware: see that directory's README), and the gate's Slurm side on a recording fake.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from coreburst.burst import health
+from coreburst.burst import node_check as health
 from coreburst.burst.cli import app
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "health"

@@ -28,7 +28,7 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   never terminated; Slurm is read again right before terminating.
 * **Pool holds** (with ``burst_audit_log``, the resume program's audit log): the resume
   program holds a pool itself the moment every type and zone of it is out of capacity, or on
-  a quota or invalid-request error (``resume.pool_held``; coreburst/common/ec2errors.py), and
+  a quota or invalid-request error (``resume.pool_held``; coreburst/burst/ec2errors.py), and
   this rule tells Slack once per hold. Otherwise a pool (cluster)
   whose resume got a capacity error is held for ``capacity_backoff`` (a MAINT
   reservation ``coreburst-backoff-<pool>-<ms>`` that ends by itself); a pool with
@@ -59,8 +59,9 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from coreburst.common import admin_comment
-from coreburst.common.ec2errors import classify
+from coreburst.burst import admin_comment
+from coreburst.burst.commitments import SpendLedger
+from coreburst.burst.ec2errors import classify
 from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
 from guardrails.adapters.slurm import (
@@ -74,7 +75,6 @@ from guardrails.adapters.slurm import (
     spend_left,
 )
 from guardrails.config import BurstReconcileConfig
-from guardrails.ledger import SpendLedger
 from guardrails.rules.base import Rule, RuleContext
 from guardrails.stores.sqlite import iso
 
@@ -559,7 +559,7 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
     now = ctx.clock.now()
     waiting = spot_waiting(out, now, p.spot_fallback_after, p.spot_partition, p.on_demand_partition)
     # the jobs' AdminComments, one read for all: the note replaces only coreburst's own of its
-    # kind (coreburst.common.admin_comment); unreadable, the job moves without a note
+    # kind (coreburst.burst.admin_comment); unreadable, the job moves without a note
     have: dict[str, str | None] = {}
     read = False
     if waiting:
@@ -712,6 +712,7 @@ def run(ctx: RuleContext) -> None:
 
 RULE = Rule(
     name="burst-reconcile",
+    order=70,
     description=(
         "Terminate burst instances Slurm has no (powered-up) node for and duplicates of a "
         "node's instance, power down Slurm cloud nodes whose instance is gone, never touch a "

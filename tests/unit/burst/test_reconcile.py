@@ -24,13 +24,13 @@ from moto import mock_aws
 
 from coreburst.burst.config import BurstStack, parse_burst
 from coreburst.burst.power import HEARTBEAT_REASON, Audit, Power
+from coreburst.burst.reconcile import ICE, Instance, plan, pools_of, write_heartbeat
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import Scontrol, SlurmError, parse_nodes
 from guardrails.config import ConfigError, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.rules.burst_reconcile import ICE, Instance, plan, pools_of, write_heartbeat
 from guardrails.stores.sqlite import State
 from tests.unit.burst.conftest import stack_map
 from tests.unit.burst.test_power import RecordingSlurm, _templates
@@ -829,7 +829,7 @@ def test_idle_reclaim_leaves_a_burst_node_to_slurm_without_the_reconciler(
 def test_spot_waiting_picks_spot_only_jobs_pending_long_enough() -> None:
     """squeue -h -t PD -o %i|%P|%V (squeue(1): job id, partitions, submit time); made up here in
     that format."""
-    from guardrails.rules.burst_reconcile import spot_waiting
+    from coreburst.burst.reconcile import spot_waiting
 
     now = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
     out = (

@@ -25,16 +25,16 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
+from coreburst.burst.ec2_events import Issue, issues, plan
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import parse_nodes
 from guardrails.config import BurstHealthConfig, ConfigError, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.rules.burst_health import Issue, issues, plan
 from guardrails.stores.sqlite import State
 from infra.guardrails_iam import policy_document
-from tests.unit.guardrails.test_burst_reconcile import FakeSlurm, launch, node_line
+from tests.unit.burst.test_reconcile import FakeSlurm, launch, node_line
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 P = BurstHealthConfig(enabled=True)  # event_margin 30m, impaired_grace 10m

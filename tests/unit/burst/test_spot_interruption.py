@@ -28,14 +28,14 @@ import botocore.session
 import pytest
 from moto import mock_aws
 
+from coreburst.burst.spot_interruption import REASON_PREFIX, WATCH_KEY, SpotEvent, parse_event
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.config import ConfigError, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.rules.spot_interruption import REASON_PREFIX, WATCH_KEY, SpotEvent, parse_event
 from guardrails.stores.sqlite import State
-from tests.unit.guardrails.test_burst_reconcile import AMI, node_line
+from tests.unit.burst.test_reconcile import AMI, node_line
 
 EVENTS = Path(__file__).resolve().parents[2] / "fixtures" / "aws" / "events"
 T0 = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)

@@ -16,8 +16,8 @@ from typing import Any
 import boto3
 import pytest
 
+from coreburst.burst.commitments import SpendLedger, remaining_usd
 from coreburst.sandbox.emulator import MotoProcess
-from guardrails.ledger import SpendLedger, remaining_usd
 from guardrails.stores.dynamodb import DynamoState, create_table
 from guardrails.stores.sqlite import State
 

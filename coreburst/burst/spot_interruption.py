@@ -47,7 +47,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from coreburst.common import admin_comment
+from coreburst.burst import admin_comment
 from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, clip
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
 from guardrails.config import SpotInterruptionConfig, format_duration
@@ -197,7 +197,7 @@ class Slurm:
         """``text`` as the job's coreburst note of why it was interrupted (AdminComment: only
         an administrator can set it; ``scontrol show job`` shows it), replacing the previous
         one and keeping the rest (a site's text, coreburst's other notes:
-        coreburst.common.admin_comment). The comment comes from this run's reads (the job's
+        coreburst.burst.admin_comment). The comment comes from this run's reads (the job's
         own, else one of every job); one that cannot be read is not overwritten."""
         if job not in self.comments and not self.read_all:
             self.read_all = True
@@ -631,6 +631,7 @@ def run(ctx: RuleContext) -> None:
 
 RULE = Rule(
     name="spot-interruption",
+    order=50,
     description=(
         "On EC2's spot interruption warning (EventBridge -> SQS) drain the burst node, signal "
         "its jobs to checkpoint and requeue them after a grace or when the instance goes; on a "
