@@ -30,8 +30,9 @@ $(VENV)/.installed: pyproject.toml
 	@echo "setup done: $(VENV)/bin/coreburst is installed (or: . $(VENV)/bin/activate)"
 
 ## Debian packages the tests use for real (root; no-op when present). See .ci/run.
-SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip slurmctld slurmd slurm-client munge prometheus \
-	slurmdbd mariadb-server
+## openssh-client: ansible's ssh connection (the unreachable-host test); Debian 13 images lack it.
+SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip openssh-client slurmctld slurmd slurm-client \
+	munge prometheus slurmdbd mariadb-server
 system-deps:
 	@missing=$$(for p in $(SYSTEM_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \
 		| grep -q '^install ok installed' || echo $$p; done); \
