@@ -131,8 +131,9 @@ def run_subprocess(name: str, argv: Sequence[str], timeout_s: float) -> Output:
 @dataclass(frozen=True)
 class Replay:
     """Recorded outputs instead of the tools (no GPU here): ``<dir>/<probe>.out`` is the
-    stdout, ``<probe>.rc`` the exit status (0 when absent); no ``.out`` file is a tool that is
-    not installed. tests/fixtures/health/ holds them, each saying where its format comes from."""
+    stdout, ``<probe>.rc`` the exit status (0 when absent), ``<probe>.err`` the stderr (empty
+    when absent); no ``.out`` file is a tool that is not installed. tests/fixtures/health/
+    holds them, each saying where its format comes from."""
 
     root: Path
 
@@ -145,7 +146,8 @@ class Replay:
             rc = int(rc_file.read_text().strip()) if rc_file.is_file() else 0
         except ValueError:
             raise ProbeFailedError(f"replay {rc_file}: not an exit status") from None
-        return Output(rc, out.read_bytes())
+        err = self.root / f"{name}.err"
+        return Output(rc, out.read_bytes(), err.read_bytes() if err.is_file() else b"")
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,10 @@ def _text(argv: Sequence[str], got: Output) -> str:
 
 def _exit(argv: Sequence[str], got: Output) -> ProbeFailedError:
     err = _one_line(got.err.decode("utf-8", "replace"), 120) if got.err else ""
-    return ProbeFailedError(f"{argv[0]} exited {got.rc}" + (f": {err}" if err else ""))
+    what = f"{argv[0]} exited {got.rc}"
+    if got.rc == 127:  # a shell's (or timeout's, env's) "command not found"
+        what = f"{argv[0]} not found (exit 127; is it installed on the image?)"
+    return ProbeFailedError(what + (f": {err}" if err else ""))
 
 
 # -- the checks (pure: text in, one detail line out or ProbeFailedError) -------------------------

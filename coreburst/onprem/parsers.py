@@ -454,7 +454,9 @@ _AVG_RE = re.compile(r"#\s*Avg bus bandwidth\s*:\s*(?P<bw>[\d.]+)")
 
 
 def _wrong(value: str) -> int | None:
-    return None if value == "N/A" else int(value)
+    """A ``#wrong`` cell: nccl-tests prints the count with ``%6g``, so a million or more wrong
+    elements read ``1e+06`` or ``2.14748e+09`` (rounded to 6 digits); ``N/A`` without -c."""
+    return None if value == "N/A" else int(float(value))
 
 
 def parse_all_reduce_perf(text: str) -> NcclResult:
@@ -482,7 +484,7 @@ def parse_all_reduce_perf(text: str) -> NcclResult:
                         _wrong(cols[12]),
                     )
                 )
-            except ValueError:
+            except (ValueError, OverflowError):
                 continue
     return NcclResult(rows, oob, avg)
 
