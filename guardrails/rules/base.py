@@ -25,7 +25,8 @@ from guardrails.stores.sqlite import iso, parse_iso
 
 if TYPE_CHECKING:
     from guardrails.actuator import Actuator
-    from guardrails.adapters.aws import Aws, SeriesCache
+    from guardrails.adapters.aws import Aws
+    from guardrails.adapters.cloudwatch import SeriesCache
     from guardrails.adapters.slack import Alert
     from guardrails.clock import Clock
     from guardrails.metrics import Metrics

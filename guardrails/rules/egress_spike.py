@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from guardrails import messages
-from guardrails.adapters import aws
+from guardrails.adapters import aws, cloudwatch
 from guardrails.config import EgressConfig, format_duration
 from guardrails.egress import EgressRead, project_egress, read_span, spike, window_reads
 from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached
@@ -49,7 +49,7 @@ def run(ctx: RuleContext) -> None:
         cw = ctx.aws.client("cloudwatch", region)
         ids = [n.instance_id for n in ctx.nodes if n.region == region]
         if ids:
-            b, failed = aws.sum_bytes(
+            b, failed = cloudwatch.sum_bytes(
                 cw, "AWS/EC2", "NetworkOut", "InstanceId", ids=ids, start=start, end=end
             )
             inst_bytes.update(b)
@@ -58,7 +58,7 @@ def run(ctx: RuleContext) -> None:
         if cfg.include_nat:
             nats = aws.nat_gateways(ctx.aws.client("ec2", region))
             if nats:
-                b, failed = aws.sum_bytes(
+                b, failed = cloudwatch.sum_bytes(
                     cw,
                     "AWS/NATGateway",
                     "BytesOutToDestination",

@@ -295,7 +295,7 @@ def test_the_publisher_buffers_its_collections_and_sends_once_per_flush(tmp_path
 
 
 def test_a_metric_someone_else_publishes_needs_no_heartbeat() -> None:
-    from guardrails.adapters.aws import heartbeat_refs
+    from guardrails.adapters.cloudwatch import heartbeat_refs
     from guardrails.config import MetricConfig
 
     nodes = [object()]

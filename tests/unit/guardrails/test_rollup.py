@@ -48,7 +48,8 @@ from coreburst.common.telemetry import (
 )
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
-from guardrails.adapters.aws import Aws, SeriesCache, fetch_rollups, inventory
+from guardrails.adapters.aws import Aws, inventory
+from guardrails.adapters.cloudwatch import SeriesCache, fetch_rollups
 from guardrails.config import parse_config
 from guardrails.daemon import Daemon
 from guardrails.idle import IdleParams, PeriodStat, assess_rollup

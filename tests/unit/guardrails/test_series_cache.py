@@ -10,7 +10,8 @@ from moto import mock_aws
 from coreburst.common.catalog import load_catalog
 from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
-from guardrails.adapters.aws import Aws, SeriesCache, fetch_utilization, inventory
+from guardrails.adapters.aws import Aws, inventory
+from guardrails.adapters.cloudwatch import SeriesCache, fetch_utilization
 from guardrails.config import AwsConfig, IdleConfig
 from guardrails.idle import IdleParams, assess_utilization
 
