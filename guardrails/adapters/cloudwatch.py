@@ -20,8 +20,8 @@ from coreburst.common.telemetry import (
     ROLLUP_STATS,
     UTILIZATION_METRICS,
 )
-from guardrails.config import IdleConfig, MetricConfig
 from guardrails.idle import PeriodStat
+from guardrails.idle_config import IdleConfig, MetricConfig
 from guardrails.model import DeviceSeries, Node, Series
 
 MAX_QUERIES_PER_CALL = 500  # GetMetricData limit

@@ -6,7 +6,8 @@ Each rule is one module here (``inventory``, ``idle_reclaim``, ``spend_limit``,
 ``Rule``: a kebab-case name, a description, its typed params model (the config section it
 reads), the IAM actions it calls, whether the config switches it on, and ``run(ctx)``. One
 registry drives what the daemon runs (``guardrails.daemon``, in registry order), what
-``rules:`` may select (``config.RULE_NAMES``, checked equal below) and what the deployed role
+config holds and ``rules:`` may select (``guardrails.configfile``: each rule's ``sections``)
+and what the deployed role
 allows (``infra.program`` -> ``infra.guardrails_iam``). A rule sees only its ``RuleContext``,
 never the daemon.
 
@@ -20,7 +21,6 @@ never the daemon.
 
 from __future__ import annotations
 
-from guardrails.config import RULE_NAMES
 from guardrails.rules.base import CycleReport, Prices, Rule, RuleContext
 
 __all__ = ["REGISTRY", "CycleReport", "Prices", "Rule", "RuleContext", "iam_actions", "register"]
@@ -66,6 +66,3 @@ for _module in (
     core_idle,
 ):
     register(_module.RULE)
-
-if set(REGISTRY) != set(RULE_NAMES):  # config's vocabulary and the registry are one list
-    raise RuntimeError(f"rules registered {sorted(REGISTRY)} but config knows {RULE_NAMES}")

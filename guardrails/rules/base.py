@@ -7,7 +7,7 @@ contract in pyproject.toml checks it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -111,6 +111,14 @@ class Rule:
     # None: the daemon runs it itself (inventory, before every other rule).
     run: Callable[[RuleContext], None] | None = None
     example: str = ""
+    # The config sections the rule owns: YAML key -> params model (``params`` is one of them).
+    # ``guardrails.configfile`` adds each to the whole config, so ``cfg.<key>`` is one.
+    sections: Mapping[str, type[BaseModel]] = field(default_factory=dict)
+    # Checks across sections (``cfg`` -> None, or ValueError: reported as the config's own
+    # error), run while the config is validated; and checks that need more than the config
+    # (``(cfg, origin)`` -> None, or ConfigError naming ``origin``), run after it is valid.
+    validators: tuple[Callable[[Any], None], ...] = ()
+    checks: tuple[Callable[[Any, str], None], ...] = ()
 
 
 # -- shared by more than one rule ---------------------------------------------------------

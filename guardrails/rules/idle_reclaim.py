@@ -18,10 +18,10 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from coreburst.common.catalog import Catalog, CatalogError, load_catalog
-from coreburst.common.telemetry import NEURON_LNC_TAG
+from coreburst.common.telemetry import NEURON_LNC_TAG, UTILIZATION_METRICS
 from guardrails import messages
 from guardrails.adapters import aws, cloudwatch
-from guardrails.config import GuardrailsConfig, IdleConfig
+from guardrails.config import ConfigError, GuardrailsConfig
 from guardrails.idle import (
     Decision,
     DeviceStat,
@@ -30,6 +30,7 @@ from guardrails.idle import (
     assess_utilization,
     decide,
 )
+from guardrails.idle_config import IdleConfig, ReclaimConfig
 from guardrails.model import DeviceSeries, Node
 from guardrails.rules.base import Rule, RuleContext, idle_params, reclaim_slurm_node
 from guardrails.stores.sqlite import iso, parse_iso
@@ -41,7 +42,7 @@ def expected_series(node: Node, cfg: GuardrailsConfig, catalog: Catalog | None =
     ``idle.neuron_lnc``, else the catalog's default size). Never a default of 1. Returns the
     reason instead where the count cannot be known (the node is then never idle).
 
-    >>> from guardrails.config import parse_config
+    >>> from guardrails.configfile import parse_config
     >>> from guardrails.model import Node
     >>> from datetime import UTC, datetime
     >>> trn = Node("i-1", "us-east-2", "us-east-2a", "trn2.48xlarge", "neuron", 16, "on-demand",
@@ -431,6 +432,34 @@ def _apply(ctx: RuleContext, n: Node, d: Decision, digests: dict[str, _Digest]) 
             digest[1].append((key, n, d, hourly))
 
 
+def _check_metric_coverage(cfg: GuardrailsConfig, origin: str) -> None:
+    """Every accelerator family the watched types have needs a utilization metric, and
+    ``idle.neuron_lnc`` must be a size each watched Trainium type accepts: otherwise whole
+    families would be silently blind (or, with a wrong count, wrongly covered)."""
+    cat = load_catalog()
+    by_kind: dict[str, list[str]] = {}
+    for t in cfg.watched_types():
+        by_kind.setdefault(cat.instance(t).accelerator.kind, []).append(t)
+    for kind, types in sorted(by_kind.items()):
+        if kind not in cfg.idle.metrics:
+            default = UTILIZATION_METRICS[kind]  # type: ignore[index]
+            raise ConfigError(
+                f"{origin}: idle.metrics: no metric for {kind} accelerators, which "
+                f"{', '.join(types)} have; remove `{kind}: null` to use the default "
+                f"({default.namespace} {default.metric_name} by {default.device_dimension}), "
+                "or leave those types out with instance_types"
+            )
+    lnc = cfg.idle.neuron_lnc
+    if lnc is not None:
+        for t in by_kind.get("neuron", []):
+            nc = cat.instance(t).accelerator.neuron_cores
+            if nc is not None and lnc not in nc.logical_core_sizes:
+                raise ConfigError(
+                    f"{origin}: idle.neuron_lnc: {lnc} is not a logical NeuronCore size of {t}; "
+                    f"allowed: {', '.join(map(str, nc.logical_core_sizes))}"
+                )
+
+
 RULE = Rule(
     name="idle-reclaim",
     description=(
@@ -452,4 +481,6 @@ RULE = Rule(
     enabled=lambda c: c.reclaim.enabled,
     run=run,
     example="idle: {threshold_percent: 5, window: 30m}\nreclaim: {grace: 1h}",
+    sections={"idle": IdleConfig, "reclaim": ReclaimConfig},
+    checks=(_check_metric_coverage,),
 )

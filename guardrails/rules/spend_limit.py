@@ -9,16 +9,18 @@ at the hard limit (through the actuator's gate).
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import Field, model_validator
 
-from coreburst.common.catalog import CatalogError
+from coreburst.common.catalog import CatalogError, load_catalog
 from guardrails import messages
 from guardrails.adapters import aws
-from guardrails.config import ScopeConfig, SpendConfig
+from guardrails.configtypes import Between, ConfigError, StrictModel, format_duration
 from guardrails.idle import exemption_status, protection_status
 from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached, idle_params
 from guardrails.spend import (
@@ -34,6 +36,100 @@ from guardrails.spend import (
     project,
 )
 from guardrails.stores.sqlite import iso, parse_iso
+
+
+# -- params: the ``spend`` section ------------------------------------------------------------
+class ScopeConfig(StrictModel):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9:_.-]*$")
+    # No tag means the whole account.
+    tag_key: str | None = None
+    tag_value: str | None = None
+    daily_limit_usd: float | None = Field(default=None, gt=0)
+    monthly_limit_usd: float | None = Field(default=None, gt=0)
+    enforce: bool = False
+    # Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
+    # scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost:
+    # shown in status and the spend messages, never counted against the limits above.
+    slurm_accounts: list[str] = []
+
+    @model_validator(mode="after")
+    def _slurm_accounts(self) -> ScopeConfig:
+        seen: set[str] = set()
+        for a in self.slurm_accounts:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", a):
+                hint = f"; write {a.lower()}" if a != a.lower() else ""
+                raise ValueError(
+                    f"slurm_accounts: {a!r} is not a Slurm account name (lower case letters, "
+                    f"digits, _ . -; Slurm stores accounts in lower case){hint}"
+                )
+            if a in seen:
+                raise ValueError(f"slurm_accounts: {a} is listed twice; list it once")
+            seen.add(a)
+        return self
+
+
+class DirectConnectPort(StrictModel):
+    bandwidth: str
+    count: int = Field(default=1, ge=1)
+
+
+class SpendConfig(StrictModel):
+    enabled: bool = True
+    thresholds_percent: list[float] = [50.0, 80.0, 100.0]
+    scopes: list[ScopeConfig] = [ScopeConfig(name="account")]
+    # "live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction.
+    spot_price: Literal["live", "catalog-estimate"] = "live"
+    cost_explorer: bool = True
+    # Cost Explorer bills each request and updates a few times a day.
+    cost_explorer_refresh: Annotated[timedelta, Between("1h", "7d")] = timedelta(hours=6)
+    # Ports to price when DescribeConnections is not wanted (or not allowed); None = discover.
+    direct_connect_ports: list[DirectConnectPort] | None = None
+    include_lustre: bool = True
+
+    @model_validator(mode="after")
+    def _one_scope_per_slurm_account(self) -> SpendConfig:
+        owner: dict[str, str] = {}
+        for scope in self.scopes:
+            for a in scope.slurm_accounts:
+                if a in owner:
+                    raise ValueError(
+                        f"Slurm account {a} is in scopes {owner[a]} and {scope.name}; put each "
+                        "account in one scope's slurm_accounts"
+                    )
+                owner[a] = scope.name
+        return self
+
+
+def _retention_covers_core_month(cfg: Any) -> None:
+    # a scope's core GPU-hours are month-to-date: the core-idle rule's records must last a month
+    if any(sc.slurm_accounts for sc in cfg.spend.scopes) and (
+        cfg.state.snapshot_retention < timedelta(days=31)
+    ):
+        raise ValueError(
+            f"state.snapshot_retention ({format_duration(cfg.state.snapshot_retention)}) "
+            "is shorter than a month, and spend.scopes list slurm_accounts (month-to-date "
+            "core GPU-hours); raise it to 31d or more"
+        )
+
+
+def _check_scopes(cfg: Any, origin: str) -> None:
+    """What the model alone cannot say: Direct Connect bandwidths the catalog prices, unique
+    scope names, and a scope's tag given whole."""
+    cat = load_catalog()
+    for port in cfg.spend.direct_connect_ports or []:
+        if port.bandwidth not in cat.direct_connect_port_usd_per_hour:
+            raise ConfigError(
+                f"{origin}: spend.direct_connect_ports.bandwidth: {port.bandwidth!r}; allowed: "
+                f"{', '.join(cat.direct_connect_port_usd_per_hour)}"
+            )
+    names = [s.name for s in cfg.spend.scopes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: spend.scopes: scope names must be unique (got {names})")
+    for s in cfg.spend.scopes:
+        if (s.tag_key is None) != (s.tag_value is None):
+            raise ConfigError(
+                f"{origin}: spend.scopes.{s.name}: set both tag_key and tag_value, or neither"
+            )
 
 
 def _in_scope(tags: dict[str, str], key: str | None, value: str | None) -> bool:
@@ -374,4 +470,7 @@ RULE = Rule(
     enabled=lambda c: c.spend.enabled,
     run=run,
     example="spend: {scopes: [{name: account, daily_limit_usd: 5000}]}",
+    sections={"spend": SpendConfig},
+    validators=(_retention_covers_core_month,),
+    checks=(_check_scopes,),
 )

@@ -26,7 +26,7 @@ import pytest
 from coreburst.sandbox.emulator import fake_session
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
 from guardrails.adapters.aws import Aws
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules.spot_interruption import REASON_PREFIX
 from guardrails.stores.sqlite import State

@@ -28,10 +28,11 @@ from moto import mock_aws
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import parse_nodes
-from guardrails.config import BurstHealthConfig, ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
-from guardrails.rules.burst_health import Issue, issues, plan
+from guardrails.rules.burst_health import BurstHealthConfig, Issue, issues, plan
 from guardrails.stores.sqlite import State
 from infra.guardrails_iam import policy_document
 from tests.unit.guardrails.test_burst_reconcile import FakeSlurm, launch, node_line

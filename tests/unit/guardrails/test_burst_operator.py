@@ -11,8 +11,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from guardrails.adapters.slurm import parse_nodes
-from guardrails.config import BurstReconcileConfig
-from guardrails.rules.burst_reconcile import ICE, OPERATOR_RELEASED, Instance, holds, plan
+from guardrails.rules.burst_reconcile import (
+    ICE,
+    OPERATOR_RELEASED,
+    BurstReconcileConfig,
+    Instance,
+    holds,
+    plan,
+)
 from tests.unit.guardrails.test_burst_reconcile import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -27,7 +27,8 @@ from coreburst.burst.power import HEARTBEAT_REASON, Audit, Power
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import Scontrol, SlurmError, parse_nodes
-from guardrails.config import ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.rules.burst_reconcile import ICE, Instance, plan, pools_of, write_heartbeat

@@ -26,7 +26,7 @@ from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRI
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails.adapters.aws import Aws, inventory
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.idle import IdleParams, PeriodStat, assess_rollup, decide
 from guardrails.model import Node

@@ -12,8 +12,9 @@ from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails.adapters.aws import Aws, inventory
 from guardrails.adapters.cloudwatch import SeriesCache, fetch_utilization
-from guardrails.config import AwsConfig, IdleConfig
+from guardrails.config import AwsConfig
 from guardrails.idle import IdleParams, assess_utilization
+from guardrails.idle_config import IdleConfig
 
 DEFS = {k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()}
 
