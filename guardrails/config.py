@@ -356,11 +356,11 @@ def assemble(rules: Iterable[RuleSections]) -> type[GuardrailsConfig]:
         Annotated[list[str] | None, AfterValidator(functools.partial(_known_rules, known))],
         None,
     )
-    model = create_model(  # type: ignore[call-overload]
+    model = create_model(
         "GuardrailsConfig", __base__=GuardrailsConfig, __module__=__name__, **fields
     )
     model.rule_validators = tuple(checks)
-    return model  # type: ignore[no-any-return]
+    return model
 
 
 def one_line(exc: ValidationError, origin: str) -> str:

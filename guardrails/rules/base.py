@@ -20,6 +20,7 @@ from guardrails import messages
 from guardrails.adapters.slurm import Scontrol, SlurmError, power_down_when_idle
 from guardrails.config import GuardrailsConfig
 from guardrails.idle import Decision, IdleParams
+from guardrails.idle_config import IdleConfig, ReclaimConfig
 from guardrails.model import Node
 from guardrails.stores.sqlite import iso, parse_iso
 
@@ -139,15 +140,17 @@ def cost_explorer_cached(ctx: RuleContext, cache_key: str, fetch: Callable[[], f
 
 
 def idle_params(cfg: GuardrailsConfig) -> IdleParams:
-    p = cfg.reclaim.protected
+    idle: IdleConfig = cfg.idle
+    reclaim: ReclaimConfig = cfg.reclaim
+    p = reclaim.protected
     return IdleParams(
-        threshold_percent=cfg.idle.threshold_percent,
-        window=cfg.idle.window,
-        max_gap=cfg.idle.max_gap,
-        publish_delay=cfg.idle.publish_delay,
-        grace=cfg.reclaim.grace,
-        max_exemption=cfg.reclaim.max_exemption,
-        exempt_tag=cfg.reclaim.exempt_tag,
+        threshold_percent=idle.threshold_percent,
+        window=idle.window,
+        max_gap=idle.max_gap,
+        publish_delay=idle.publish_delay,
+        grace=reclaim.grace,
+        max_exemption=reclaim.max_exemption,
+        exempt_tag=reclaim.exempt_tag,
         protected_asgs=frozenset(p.asg_names),
         protected_tags=tuple((s.key, frozenset(s.values)) for s in p.tag_selectors),
     )

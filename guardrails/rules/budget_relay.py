@@ -58,7 +58,7 @@ def queue_region(queue_url: str, default: str) -> str:
 
 def run(ctx: RuleContext) -> None:
     """Drain the budget queue into the outbox; ``report.budget_notices`` counts the relayed."""
-    params = ctx.cfg.budget_relay
+    params: BudgetRelayConfig = ctx.cfg.budget_relay
     url = params.queue_url
     if not url:
         return

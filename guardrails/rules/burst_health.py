@@ -230,7 +230,7 @@ def _alert(step: Step) -> Alert:
 
 
 def run(ctx: RuleContext) -> None:
-    p = ctx.cfg.burst_health
+    p: BurstHealthConfig = ctx.cfg.burst_health
     b = ctx.cfg.burst_reconcile
     assert b.stack is not None  # the config requires it when this rule is on
     now = ctx.clock.now()

@@ -517,7 +517,7 @@ def _hold_pools(
 def _release_spend_holds(ctx: RuleContext, slurm: Scontrol, text: str) -> None:
     """Delete each spend-gate hold that fits what the scope has left (through the actuator:
     dry-run, lease, kill switch, cap, audit). ``text``: ``scontrol -o show reservation``."""
-    p = ctx.cfg.burst_reconcile
+    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
     holds = parse_spend_holds(text)
     if p.spend_scope is None or not holds:
         return
@@ -616,7 +616,7 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
     """Give jobs that waited too long for spot the on-demand partition too (audited, through
     the actuator: dry-run, caps, kill switch). The resume program's spend gate still decides
     whether on-demand may launch."""
-    p = ctx.cfg.burst_reconcile
+    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
     try:
         out = run_tool(
             "squeue", "-h", "-t", "PD", "-p", p.spot_partition, "-o", "%i|%P|%V",
@@ -663,7 +663,7 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
 
 
 def run(ctx: RuleContext) -> None:
-    p = ctx.cfg.burst_reconcile
+    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
     now = ctx.clock.now()
     slurm = Scontrol(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
     nodes = slurm.nodes()  # Slurm first: an instance launched after this read is younger

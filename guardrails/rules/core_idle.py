@@ -359,7 +359,7 @@ def read_activity(
 
 
 def run(ctx: RuleContext) -> None:
-    p = ctx.cfg.core_idle
+    p: CoreIdleConfig = ctx.cfg.core_idle
     now = ctx.clock.now()
     act = ctx.actuator
     slurm = SlurmJobs(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
@@ -478,7 +478,8 @@ def run(ctx: RuleContext) -> None:
 
 
 def _warn(ctx: RuleContext, a: Assessment, now: datetime, th: CoreIdleThresholds) -> None:
-    p, job = ctx.cfg.core_idle, a.job
+    p: CoreIdleConfig = ctx.cfg.core_idle
+    job = a.job
     act_after = now + th.grace if a.state == "idle" else None
     ctx.alert(
         messages.core_idle_warning(
@@ -518,7 +519,8 @@ def _warn(ctx: RuleContext, a: Assessment, now: datetime, th: CoreIdleThresholds
 
 
 def _act(ctx: RuleContext, slurm: SlurmJobs, a: Assessment, key: str, warned_at: str) -> bool:
-    p, job, act = ctx.cfg.core_idle, a.job, ctx.actuator
+    p: CoreIdleConfig = ctx.cfg.core_idle
+    job, act = a.job, ctx.actuator
     try:  # Slurm again right before acting: the job may have ended or restarted meanwhile
         still = {run_key(j) for j in slurm.running()}
     except SlurmError as exc:

@@ -59,7 +59,7 @@ READS_KEY = "egress-spike:reads"
 
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
-    cfg = ctx.cfg.egress
+    cfg: EgressConfig = ctx.cfg.egress
     saved: dict[str, Any] = ctx.state.get(READS_KEY) or {}
     read_at = parse_iso(saved["read_at"]) if saved.get("read_at") else None
     if read_at is not None and read_at <= now < read_at + cfg.every:

@@ -144,7 +144,7 @@ def _lustre_kind(fs: aws.LustreFs) -> str:
 
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
-    cfg = ctx.cfg.spend
+    cfg: SpendConfig = ctx.cfg.spend
     fs_list, dx_list = _billed_resources(ctx)
     ce = ctx.aws.client("ce", "us-east-1")
     # The core's job runs this month (the core-idle rule's records), for scopes that name Slurm
@@ -238,7 +238,7 @@ def _billed_resources(
 ) -> tuple[list[aws.LustreFs], list[tuple[str, str, dict[str, str]]]]:
     """The Lustre file systems and Direct Connect ports of every region (the configured ports
     instead of the discovered ones when ``spend.direct_connect_ports`` lists them)."""
-    cfg = ctx.cfg.spend
+    cfg: SpendConfig = ctx.cfg.spend
     fs_list: list[aws.LustreFs] = []
     dx_list: list[tuple[str, str, dict[str, str]]] = []
     for region in ctx.cfg.regions:
@@ -311,7 +311,7 @@ def _alert_limits(
 ) -> bool:
     """Forecast and threshold alerts for each of the scope's limits; True when one is reached
     (spent >= limit), which is what ``enforce`` acts on."""
-    cfg = ctx.cfg.spend
+    cfg: SpendConfig = ctx.cfg.spend
     hard = False
     for period, spent, limit, _end in limits:
         if limit is None:

@@ -330,7 +330,7 @@ def _handle(
     watch: dict[str, Any],
 ) -> bool:
     """Act on one event; True when its message may go (everything it calls for is stored)."""
-    p = ctx.cfg.spot_interruption
+    p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     act = ctx.actuator
     if ev.region not in ctx.cfg.regions:
         act.audit("spot.ignored", event_id=ev.event_id, instance_id=ev.instance_id,
@@ -449,7 +449,7 @@ def _dry(ctx: RuleContext) -> bool:
 
 
 def _drain_queue(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
-    p = ctx.cfg.spot_interruption
+    p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     url = p.queue_url
     if not url:
         return
@@ -565,7 +565,7 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
     """Requeue what is due and bring the nodes back to the pool; drop finished records."""
     if not watch:
         return
-    p = ctx.cfg.spot_interruption
+    p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     now = ctx.clock.now()
     states = _instance_states(ctx, watch)
     nodes = slurm.sc.nodes()
