@@ -73,7 +73,7 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import MotoProcess, fake_session, launch
 from guardrails.adapters.aws import Aws
 from guardrails.cli import configure_logging
-from guardrails.config import cloudwatch_cadence, parse_config
+from guardrails.configfile import cloudwatch_cadence, parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

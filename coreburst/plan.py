@@ -33,8 +33,8 @@ from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
 from coreburst.common.console import console as make_console
 from coreburst.common.pricing import CostLine
 from coreburst.common.textio import read_text
-from guardrails.config import cloudwatch_cadence
-from guardrails.config import parse_config as guardrails_defaults
+from guardrails.configfile import cloudwatch_cadence
+from guardrails.configfile import parse_config as guardrails_defaults
 from infra.config import StackConfig, StackConfigError
 from infra.offline import evaluate_stack, load_stack_yaml, stack_file
 from policies.pack import all_policies

@@ -104,7 +104,8 @@ def fail(msg: str, code: int = 2) -> typer.Exit:
 
 
 def _load(config: Path | None) -> GuardrailsConfig:
-    from guardrails.config import ConfigError, load_config
+    from guardrails.config import ConfigError
+    from guardrails.configfile import load_config
 
     try:
         return load_config(config)

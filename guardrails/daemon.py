@@ -28,7 +28,7 @@ import structlog
 from coreburst.common.catalog import Catalog, load_catalog
 from guardrails import messages
 from guardrails.actuator import Actuator, PauseFn
-from guardrails.adapters import aws
+from guardrails.adapters import aws, cloudwatch
 from guardrails.adapters.aws import AwsUnreachableError
 from guardrails.adapters.slack import Alert, Outbox
 from guardrails.clock import Clock, SystemClock
@@ -133,7 +133,7 @@ class Daemon:
         self.cfg = cfg
         self.aws = clients
         self.lease_ttl = self._lease_ttl or max(3 * cfg.interval, timedelta(seconds=180))
-        self.series_cache = aws.SeriesCache()
+        self.series_cache = cloudwatch.SeriesCache()
         self.prices = Prices(self.catalog, cfg.spend.spot_price)
         self.outbox = Outbox(
             self.state,

@@ -21,7 +21,7 @@ from coreburst.common.catalog import Catalog
 
 GB = 2**30
 # Byte counters are read in whole periods of this length
-# (``guardrails.adapters.aws.BYTES_PERIOD_S``).
+# (``guardrails.adapters.cloudwatch.BYTES_PERIOD_S``).
 PERIOD = timedelta(seconds=300)
 # A read ends this long before now, on a period boundary: EC2 publishes a period's datapoint
 # after the period ends, and a read never goes back over a span it has read (UNVERIFIED: the

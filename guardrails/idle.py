@@ -257,48 +257,8 @@ def assess_rollup(
     # period to a newer one that arrived incomplete (data came, so that is no delay). After the
     # newest complete period the data may still be on its way: max_gap + publish_delay.
     mg, late = params.max_gap, params.max_gap + params.publish_delay
-    # one pass (this runs for every node every read); periods come in time order
-    n_pts = n_cov = 0
-    first_cov: datetime | None = None
-    edge = start  # the newest complete period (or the window's start)
-    inner = timedelta(0)  # the longest hole ending at a complete period
-    hole_end: datetime | None = None  # where the newest hole longer than max_gap ends
-    peak = top = -math.inf
-    low = -math.inf  # the highest per-period Minimum
-    last_busy: datetime | None = None
-    last_short: datetime | None = None  # the newest period that arrived incomplete
-    prev = start
-    in_order = True
-    for p in periods:
-        at = p[0]
-        if at < start or at > now:
-            continue
-        if at < prev:
-            in_order = False
-        prev = at
-        n_pts += 1
-        mx = p[1]
-        if mx >= thr:
-            last_busy = at
-            if mx > top:  # noqa: PLR1730 (not max(): a call per period, every node every read)
-                top = mx
-        if mx > peak:  # noqa: PLR1730 (as above)
-            peak = mx
-        if p[2] > low:  # noqa: PLR1730 (as above)
-            low = p[2]
-        if p[3] == want:
-            gap = at - edge
-            if gap > inner:  # noqa: PLR1730 (as above)
-                inner = gap
-            if gap > mg:
-                hole_end = at
-            edge = at
-            n_cov += 1
-            if first_cov is None:
-                first_cov = at
-        else:
-            last_short = at
-    if not in_order:
+    scan = _scan_rollup(periods, start, now, thr=thr, want=want, mg=mg)
+    if scan is None:  # out of time order
         return assess_rollup(
             sorted(periods, key=lambda p: p[0]),
             expected_series,
@@ -306,6 +266,7 @@ def assess_rollup(
             params,
             samples_per_period,
         )
+    n_pts, n_cov, first_cov, edge, inner, hole_end, peak, top, low, last_busy, last_short = scan
     trailing = now - edge
     stat = DeviceStat(
         ROLLUP_DEVICE,
@@ -326,13 +287,7 @@ def assess_rollup(
     one_idle = bool(n_pts) and low < thr
     idle_devs = [ROLLUP_DEVICE] if one_idle else []
     if last_busy is not None:
-        reason = f"busiest accelerator peaked at {top:.1f}% (threshold {thr:g}%)"
-        if one_idle:
-            of = f" of {expected_series}" if isinstance(expected_series, int) else ""
-            reason += (
-                f"; at least 1{of} devices idle in every period (idlest at most {low:.1f}%; "
-                "reported, not reclaimed)"
-            )
+        reason = _busy_reason(top, thr, low if one_idle else None, expected_series)
         until = _idle_from(last_busy, hole_end, params)
         return Utilization("busy", reason, stats, idle_devs, until)
     if isinstance(expected_series, str):
@@ -344,34 +299,15 @@ def assess_rollup(
             "unknown", "no utilization datapoints for this node in the window", stats
         )
     if inner > mg or trailing > late:
-        pts = [p for p in periods if start <= p[0] <= now]
-        short = [p for p in pts if p.samples < want]
-        over = [p for p in pts if p.samples > want]
-        note = ""
-        if short:
-            fewest = int(min(p.samples for p in short))
-            if samples_per_period == 1:
-                head = f"only {fewest} of {expected_series} accelerator series present"
-            else:
-                head = f"only {fewest} of {want} samples per period present"
-            note = f"{head} (rollup SampleCount {fewest} of {want} in {len(short)} periods)"
-        elif over:
-            most = int(max(p.samples for p in over))
-            note = (
-                f"rollup SampleCount {most} where {want} were expected in {len(over)} periods "
-                f"(more than one value per accelerator per period)"
-            )
-        if not n_cov:
-            why = note or "no complete period in the window"
-        elif inner > mg:
-            why = f"partial: a {int(inner.total_seconds())}s gap in the window (max gap "
-            why += f"{int(mg.total_seconds())}s)" + (f"; {note}" if note else "")
-        else:
-            why = (
-                f"stale: last complete period {int(trailing.total_seconds())}s ago (max gap "
-                f"{int(mg.total_seconds())}s + publish delay "
-                f"{int(params.publish_delay.total_seconds())}s)"
-            )
+        why = _not_covered_reason(
+            [p for p in periods if start <= p[0] <= now],
+            expected_series,
+            samples_per_period,
+            n_cov=n_cov,
+            inner=inner,
+            trailing=trailing,
+            params=params,
+        )
         until = _idle_from(None, hole_end, params) if inner > mg else None
         return Utilization("unknown", why, stats, idle_devs, until)
     mins = int(params.window.total_seconds() // 60)
@@ -487,3 +423,135 @@ def decide(
     if now >= marked_at + params.grace:
         return d("act", f"idle since {marked_at.isoformat()}: {util.reason}{suffix}")
     return d("wait", f"idle, grace until {(marked_at + params.grace).isoformat()}{suffix}")
+
+
+def _busy_reason(top: float, thr: float, idlest: float | None, expected_series: int | str) -> str:
+    """Why a node is busy; ``idlest``: the highest per-period Minimum when some accelerator
+    stayed below the threshold in every period (reported, never reclaimed)."""
+    reason = f"busiest accelerator peaked at {top:.1f}% (threshold {thr:g}%)"
+    if idlest is not None:
+        of = f" of {expected_series}" if isinstance(expected_series, int) else ""
+        reason += (
+            f"; at least 1{of} devices idle in every period (idlest at most {idlest:.1f}%; "
+            "reported, not reclaimed)"
+        )
+    return reason
+
+
+def _not_covered_reason(
+    pts: list[PeriodStat],
+    expected_series: int,
+    samples_per_period: int,
+    *,
+    n_cov: int,
+    inner: timedelta,
+    trailing: timedelta,
+    params: IdleParams,
+) -> str:
+    """Why a rollup node whose window is not covered (a hole longer than max_gap, or its newest
+    complete period too old) is neither idle nor busy: the hole or the staleness, and what the
+    rollup's SampleCount says about missing (or extra) series."""
+    mg = params.max_gap
+    want = expected_series * samples_per_period
+    short = [p for p in pts if p.samples < want]
+    over = [p for p in pts if p.samples > want]
+    note = ""
+    if short:
+        fewest = int(min(p.samples for p in short))
+        if samples_per_period == 1:
+            head = f"only {fewest} of {expected_series} accelerator series present"
+        else:
+            head = f"only {fewest} of {want} samples per period present"
+        note = f"{head} (rollup SampleCount {fewest} of {want} in {len(short)} periods)"
+    elif over:
+        most = int(max(p.samples for p in over))
+        note = (
+            f"rollup SampleCount {most} where {want} were expected in {len(over)} periods "
+            f"(more than one value per accelerator per period)"
+        )
+    if not n_cov:
+        why = note or "no complete period in the window"
+    elif inner > mg:
+        why = f"partial: a {int(inner.total_seconds())}s gap in the window (max gap "
+        why += f"{int(mg.total_seconds())}s)" + (f"; {note}" if note else "")
+    else:
+        why = (
+            f"stale: last complete period {int(trailing.total_seconds())}s ago (max gap "
+            f"{int(mg.total_seconds())}s + publish delay "
+            f"{int(params.publish_delay.total_seconds())}s)"
+        )
+    return why
+
+
+class _RollupScan(NamedTuple):
+    """What one pass over a node's rollup periods in the window found (``assess_rollup``)."""
+
+    n_pts: int
+    n_cov: int  # complete periods (exactly the expected number of samples)
+    first_cov: datetime | None
+    edge: datetime  # the newest complete period (or the window's start)
+    inner: timedelta  # the longest hole ending at a complete period
+    hole_end: datetime | None  # where the newest hole longer than max_gap ends
+    peak: float
+    top: float  # the highest busy Maximum
+    low: float  # the highest per-period Minimum
+    last_busy: datetime | None
+    last_short: datetime | None  # the newest period that arrived incomplete
+
+
+def _scan_rollup(
+    periods: list[PeriodStat],
+    start: datetime,
+    now: datetime,
+    *,
+    thr: float,
+    want: int,
+    mg: timedelta,
+) -> _RollupScan | None:
+    """One pass over ``periods`` (this runs for every node every read); None when they are not
+    in time order."""
+    n_pts = n_cov = 0
+    first_cov: datetime | None = None
+    edge = start  # the newest complete period (or the window's start)
+    inner = timedelta(0)  # the longest hole ending at a complete period
+    hole_end: datetime | None = None  # where the newest hole longer than max_gap ends
+    peak = top = -math.inf
+    low = -math.inf  # the highest per-period Minimum
+    last_busy: datetime | None = None
+    last_short: datetime | None = None  # the newest period that arrived incomplete
+    prev = start
+    in_order = True
+    for p in periods:
+        at = p[0]
+        if at < start or at > now:
+            continue
+        if at < prev:
+            in_order = False
+        prev = at
+        n_pts += 1
+        mx = p[1]
+        if mx >= thr:
+            last_busy = at
+            if mx > top:  # noqa: PLR1730 (not max(): a call per period, every node every read)
+                top = mx
+        if mx > peak:  # noqa: PLR1730 (as above)
+            peak = mx
+        if p[2] > low:  # noqa: PLR1730 (as above)
+            low = p[2]
+        if p[3] == want:
+            gap = at - edge
+            if gap > inner:  # noqa: PLR1730 (as above)
+                inner = gap
+            if gap > mg:
+                hole_end = at
+            edge = at
+            n_cov += 1
+            if first_cov is None:
+                first_cov = at
+        else:
+            last_short = at
+    if not in_order:
+        return None
+    return _RollupScan(
+        n_pts, n_cov, first_cov, edge, inner, hole_end, peak, top, low, last_busy, last_short
+    )

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 import boto3
 
 from guardrails.clock import Clock
-from guardrails.config import GuardrailsConfig, parse_config
+from guardrails.config import GuardrailsConfig
+from guardrails.configfile import parse_config
 from guardrails.stores.dynamodb import DynamoState
 
 if TYPE_CHECKING:

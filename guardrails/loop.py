@@ -18,7 +18,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from guardrails.adapters.aws import AwsUnreachableError
 from guardrails.adapters.slack import webhook_url
-from guardrails.config import ConfigError, load_config
+from guardrails.config import ConfigError
+from guardrails.configfile import load_config
 from guardrails.stores.sqlite import State
 
 

@@ -118,7 +118,8 @@ class GateLimits:
 def gate_limits(gate: SpendGate) -> GateLimits:
     """The gate's scope, limits and state from ``gate.guardrails_config``; raises
     StackConfigError (one line) when the file is unusable or names no usable scope."""
-    from guardrails.config import ConfigError, load_config  # only when a gate is configured
+    from guardrails.config import ConfigError  # only when a gate is configured
+    from guardrails.configfile import load_config
 
     where = f"{BURST_KEY}.spendGate"
     path = gate.guardrails_config

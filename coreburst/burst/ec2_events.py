@@ -38,13 +38,37 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from guardrails.adapters.slack import Alert
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode
-from guardrails.config import BurstHealthConfig
+from guardrails.configtypes import Between, StrictModel
 from guardrails.rules.base import Rule, RuleContext
 from guardrails.stores.sqlite import iso, parse_iso
+
+
+# -- params: the ``burst_health`` section -----------------------------------------------------
+class BurstHealthConfig(StrictModel):
+    """The ``burst-health`` rule (coreburst/burst/ec2_events.py): EC2 scheduled events and
+    impaired status checks on burst instances drain the node and power it down, so its
+    instance is replaced. Off unless switched on; it finds the node by ``burst_reconcile``'s
+    stack, tag keys and Slurm settings."""
+
+    enabled: bool = False
+    # A job still on the node this long before the event's NotBefore is requeued (the node is
+    # powered down by force); until then it may finish on the drained node.
+    event_margin: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
+    # A status check impaired this long: the node is powered down even under a job.
+    impaired_grace: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
+
+
+def _needs_burst_stack(cfg: Any) -> None:
+    if cfg.burst_health.enabled and not cfg.burst_reconcile.stack:
+        raise ValueError(
+            "burst_health.enabled needs burst_reconcile.stack (the stack whose burst "
+            "instances carry the Slurm node tag); set it"
+        )
+
 
 # EC2 API reference, DescribeInstanceStatus: "Constraints: Maximum 100 explicitly specified
 # instance IDs."
@@ -206,7 +230,7 @@ def _alert(step: Step) -> Alert:
 
 
 def run(ctx: RuleContext) -> None:
-    p = ctx.cfg.burst_health
+    p: BurstHealthConfig = ctx.cfg.burst_health
     b = ctx.cfg.burst_reconcile
     assert b.stack is not None  # the config requires it when this rule is on
     now = ctx.clock.now()
@@ -264,4 +288,6 @@ RULE = Rule(
     enabled=lambda c: c.burst_health.enabled,
     run=run,
     example="burst_health: {enabled: true, event_margin: 30m, impaired_grace: 10m}",
+    sections={"burst_health": BurstHealthConfig},
+    validators=(_needs_burst_stack,),
 )

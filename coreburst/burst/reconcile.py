@@ -57,7 +57,9 @@ import tempfile
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, model_validator
 
 from coreburst.burst import admin_comment
 from coreburst.burst.commitments import SpendLedger
@@ -74,9 +76,76 @@ from guardrails.adapters.slurm import (
     run_tool,
     spend_left,
 )
-from guardrails.config import BurstReconcileConfig
+from guardrails.configtypes import Between, StrictModel
 from guardrails.rules.base import Rule, RuleContext
 from guardrails.stores.sqlite import iso
+
+
+# -- params: the ``burst_reconcile`` section --------------------------------------------------
+class BurstReconcileConfig(StrictModel):
+    """The ``burst-reconcile`` rule (coreburst/burst/reconcile.py): EC2 against the
+    on-prem Slurm's cloud nodes. Off unless switched on; it needs ``scontrol`` on this host."""
+
+    enabled: bool = False
+    # The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>).
+    stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    stack_tag_key: str = "coreburst-stack"
+    node_tag_key: str = "coreburst-slurm-node"
+    # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
+    # At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh
+    # instance (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming
+    # must never look like an orphan.
+    orphan_timeout: Annotated[timedelta, Between("11m", "1d")] = timedelta(minutes=15)
+    # Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
+    # Auto Scaling group members (tag aws:autoscaling:groupName) are never counted.
+    untagged_orphans: bool = True
+    # Where scontrol is (None: PATH) and which slurm.conf it reads (None: SLURM_CONF / default).
+    slurm_bin_dir: Path | None = None
+    slurm_conf: Path | None = None
+    slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    # Written (atomically) after every completed cycle; the resume program refuses to launch
+    # when it is stale (coreburst:burst.reconcilerHeartbeat).
+    heartbeat_file: Path | None = None
+    # The resume program's audit log (coreburst:burst.auditLog). When set: a pool whose resume
+    # got InsufficientInstanceCapacity is held (a MAINT reservation) for capacity_backoff, and
+    # one with bootstrap_failures_before_protect resume-fail events within bootstrap_window is
+    # held until an operator deletes its coreburst-protect-<pool> reservation.
+    burst_audit_log: Path | None = None
+    capacity_backoff: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
+    bootstrap_failures_before_protect: int = Field(default=3, ge=1, le=1000)
+    bootstrap_window: Annotated[timedelta, Between("10m", "7d")] = timedelta(hours=24)
+    # The spend scope (one of spend.scopes) the resume program's spend gate counts against:
+    # the gate (coreburst:burst.spendGate) reads it, its limits and state.path from this file,
+    # and this rule lifts the gate's holds (coreburst-spend-* reservations) once it has room.
+    # null: no gate.
+    spend_scope: str | None = "account"
+    # A spend snapshot older than this is not trusted: the gate launches nothing, holds stay.
+    spend_snapshot_max_age: Annotated[timedelta, Between("1m", "1d")] = timedelta(hours=1)
+    # Spot to on-demand: a job pending in spot_partition only, for longer than this, also gets
+    # on_demand_partition (scontrol update jobid=N partition=spot,burst), so it runs on
+    # on-demand if spot has no capacity, once the resume program's spend gate approves the
+    # on-demand price. Off (jobs wait for spot) unless spot_fallback is true.
+    spot_fallback: bool = False
+    spot_fallback_after: Annotated[timedelta, Between("10s", "7d")] = timedelta(minutes=30)
+    spot_partition: str = Field(default="spot", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    on_demand_partition: str = Field(default="burst", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+
+    @model_validator(mode="after")
+    def _stack_when_enabled(self) -> BurstReconcileConfig:
+        if self.enabled and not self.stack:
+            raise ValueError("set stack: <the Pulumi stack name> when enabled is true")
+        return self
+
+
+def _spend_scope_known(cfg: Any) -> None:
+    b = cfg.burst_reconcile
+    names = [s.name for s in cfg.spend.scopes]
+    if b.enabled and b.spend_scope is not None and b.spend_scope not in names:
+        raise ValueError(
+            f"burst_reconcile.spend_scope: no spend scope {b.spend_scope!r} in spend.scopes "
+            f"({', '.join(names) or 'none'}); name one of those, add it, or set it to null"
+        )
+
 
 # Instances that may still cost money or hold a node name; pending/running count as live.
 HELD_STATES = ("pending", "running", "stopping", "stopped")
@@ -448,7 +517,7 @@ def _hold_pools(
 def _release_spend_holds(ctx: RuleContext, slurm: Scontrol, text: str) -> None:
     """Delete each spend-gate hold that fits what the scope has left (through the actuator:
     dry-run, lease, kill switch, cap, audit). ``text``: ``scontrol -o show reservation``."""
-    p = ctx.cfg.burst_reconcile
+    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
     holds = parse_spend_holds(text)
     if p.spend_scope is None or not holds:
         return
@@ -547,7 +616,7 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
     """Give jobs that waited too long for spot the on-demand partition too (audited, through
     the actuator: dry-run, caps, kill switch). The resume program's spend gate still decides
     whether on-demand may launch."""
-    p = ctx.cfg.burst_reconcile
+    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
     try:
         out = run_tool(
             "squeue", "-h", "-t", "PD", "-p", p.spot_partition, "-o", "%i|%P|%V",
@@ -594,7 +663,7 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
 
 
 def run(ctx: RuleContext) -> None:
-    p = ctx.cfg.burst_reconcile
+    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
     now = ctx.clock.now()
     slurm = Scontrol(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
     nodes = slurm.nodes()  # Slurm first: an instance launched after this read is younger
@@ -727,4 +796,6 @@ RULE = Rule(
         "burst_reconcile: {enabled: true, stack: prod, orphan_timeout: 15m, "
         "spend_scope: account, heartbeat_file: /var/lib/coreburst/reconciler.heartbeat}"
     ),
+    sections={"burst_reconcile": BurstReconcileConfig},
+    validators=(_spend_scope_known,),
 )

@@ -43,16 +43,54 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import Field
 
 from coreburst.burst import admin_comment
 from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, clip
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
-from guardrails.config import SpotInterruptionConfig, format_duration
+from guardrails.configtypes import Between, StrictModel, format_duration
 from guardrails.rules.base import Rule, RuleContext
 from guardrails.stores.sqlite import iso, parse_iso
+
+
+# -- params: the ``spot_interruption`` section ------------------------------------------------
+class SpotInterruptionConfig(StrictModel):
+    """The ``spot-interruption`` rule (coreburst/burst/spot_interruption.py): EC2 Spot
+    interruption warnings and rebalance recommendations for burst nodes (EventBridge -> SQS).
+    Off unless switched on; it needs ``scontrol`` and ``scancel`` on this host and finds the
+    node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
+
+    enabled: bool = False
+    # The SQS queue the stack's EventBridge rules deliver both events to (queue
+    # guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing
+    # to read.
+    queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
+    # Report only (audit and Slack), even when the daemon acts (dry_run: false).
+    dry_run: bool = False
+    # Sent to the jobs on a node whose instance gets the two-minute warning, so they can
+    # checkpoint (scancel --signal); null: none.
+    signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT", "XCPU"] | None = "USR1"
+    # Which processes get it (scancel(1)): batch = the batch shell only (--batch; a script
+    # traps it), full = the shell, its children and every step (--full), steps = the steps only.
+    signal_to: Literal["batch", "full", "steps"] = "batch"
+    # After the signal, how long the jobs have before they are requeued (sooner when the
+    # instance goes). The warning comes two minutes before EC2 takes the instance.
+    grace: Annotated[timedelta, Between("5s", "10m")] = timedelta(seconds=90)
+    # A rebalance recommendation drains the node and notifies; true: signal its jobs as well.
+    rebalance_signal: bool = False
+
+
+def _needs_burst_stack(cfg: Any) -> None:
+    if cfg.spot_interruption.enabled and not cfg.burst_reconcile.stack:
+        raise ValueError(
+            "spot_interruption.enabled needs burst_reconcile.stack (the stack whose burst "
+            "instances carry the Slurm node tag); set it"
+        )
+
 
 # EventBridge ``detail-type`` of the two events (Amazon EC2 User Guide, "Spot Instance
 # interruption notices" and "EC2 instance rebalance recommendations").
@@ -292,7 +330,7 @@ def _handle(
     watch: dict[str, Any],
 ) -> bool:
     """Act on one event; True when its message may go (everything it calls for is stored)."""
-    p = ctx.cfg.spot_interruption
+    p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     act = ctx.actuator
     if ev.region not in ctx.cfg.regions:
         act.audit("spot.ignored", event_id=ev.event_id, instance_id=ev.instance_id,
@@ -411,7 +449,7 @@ def _dry(ctx: RuleContext) -> bool:
 
 
 def _drain_queue(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
-    p = ctx.cfg.spot_interruption
+    p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     url = p.queue_url
     if not url:
         return
@@ -527,7 +565,7 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
     """Requeue what is due and bring the nodes back to the pool; drop finished records."""
     if not watch:
         return
-    p = ctx.cfg.spot_interruption
+    p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     now = ctx.clock.now()
     states = _instance_states(ctx, watch)
     nodes = slurm.sc.nodes()
@@ -648,4 +686,6 @@ RULE = Rule(
         "https://sqs.us-east-1.amazonaws.com/123456789012/spot-events, signal: USR1, "
         "signal_to: batch, grace: 90s}"
     ),
+    sections={"spot_interruption": SpotInterruptionConfig},
+    validators=(_needs_burst_stack,),
 )

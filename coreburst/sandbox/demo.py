@@ -31,7 +31,7 @@ from coreburst.sandbox.emulator import (
     publish,
 )
 from guardrails.adapters.aws import Aws
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.spend import day_start, month_start
 from guardrails.stores.sqlite import State

@@ -8,10 +8,10 @@ pyproject.toml (``name = "module:RULE"``), which this module reads: the daemon's
 in ``guardrails/rules/``, the burst product's (``spot-interruption``, ``burst-health``,
 ``burst-reconcile``) beside the rest of burst in ``coreburst/burst/``, a layer above, which
 guardrails never imports by name. One registry drives what the daemon runs
-(``guardrails.daemon``, in ``order``), what ``rules:`` may select (``config.RULE_NAMES``,
-checked equal below), what the Lambda handler runs and what the deployed role allows
-(``infra.program`` -> ``infra.guardrails_iam``). A rule sees only its ``RuleContext``, never
-the daemon.
+(``guardrails.daemon``, in ``order``), what the config holds and ``rules:`` may select
+(``guardrails.configfile``: each rule's ``sections``), what the Lambda handler runs and what
+the deployed role allows (``infra.program`` -> ``infra.guardrails_iam``). A rule sees only
+its ``RuleContext``, never the daemon.
 
     >>> from guardrails.rules import REGISTRY, iam_actions
     >>> list(REGISTRY)  # doctest: +NORMALIZE_WHITESPACE
@@ -26,7 +26,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from importlib.metadata import entry_points
 
-from guardrails.config import RULE_NAMES
 from guardrails.rules.base import CycleReport, Prices, Rule, RuleContext
 
 __all__ = [
@@ -75,12 +74,7 @@ class _Registry(Mapping[str, Rule]):
 
     def _loaded(self) -> dict[str, Rule]:
         if self._rules is None:
-            rules = registered()
-            if set(rules) != set(RULE_NAMES):  # config's vocabulary and the registry: one list
-                raise RuntimeError(
-                    f"rules registered {sorted(rules)} but config knows {RULE_NAMES}"
-                )
-            self._rules = rules
+            self._rules = registered()
         return self._rules
 
     def __getitem__(self, name: str) -> Rule:

@@ -7,7 +7,7 @@ contract in pyproject.toml checks it.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -20,12 +20,14 @@ from guardrails import messages
 from guardrails.adapters.slurm import Scontrol, SlurmError, power_down_when_idle
 from guardrails.config import GuardrailsConfig
 from guardrails.idle import Decision, IdleParams
+from guardrails.idle_config import IdleConfig, ReclaimConfig
 from guardrails.model import Node
 from guardrails.stores.sqlite import iso, parse_iso
 
 if TYPE_CHECKING:
     from guardrails.actuator import Actuator
-    from guardrails.adapters.aws import Aws, SeriesCache
+    from guardrails.adapters.aws import Aws
+    from guardrails.adapters.cloudwatch import SeriesCache
     from guardrails.adapters.slack import Alert
     from guardrails.clock import Clock
     from guardrails.metrics import Metrics
@@ -114,6 +116,14 @@ class Rule:
     # None: the daemon runs it itself (inventory, before every other rule).
     run: Callable[[RuleContext], None] | None = None
     example: str = ""
+    # The config sections the rule owns: YAML key -> params model (``params`` is one of them).
+    # ``guardrails.configfile`` adds each to the whole config, so ``cfg.<key>`` is one.
+    sections: Mapping[str, type[BaseModel]] = field(default_factory=dict)
+    # Checks across sections (``cfg`` -> None, or ValueError: reported as the config's own
+    # error), run while the config is validated; and checks that need more than the config
+    # (``(cfg, origin)`` -> None, or ConfigError naming ``origin``), run after it is valid.
+    validators: tuple[Callable[[Any], None], ...] = ()
+    checks: tuple[Callable[[Any, str], None], ...] = ()
 
 
 # -- shared by more than one rule ---------------------------------------------------------
@@ -134,15 +144,17 @@ def cost_explorer_cached(ctx: RuleContext, cache_key: str, fetch: Callable[[], f
 
 
 def idle_params(cfg: GuardrailsConfig) -> IdleParams:
-    p = cfg.reclaim.protected
+    idle: IdleConfig = cfg.idle
+    reclaim: ReclaimConfig = cfg.reclaim
+    p = reclaim.protected
     return IdleParams(
-        threshold_percent=cfg.idle.threshold_percent,
-        window=cfg.idle.window,
-        max_gap=cfg.idle.max_gap,
-        publish_delay=cfg.idle.publish_delay,
-        grace=cfg.reclaim.grace,
-        max_exemption=cfg.reclaim.max_exemption,
-        exempt_tag=cfg.reclaim.exempt_tag,
+        threshold_percent=idle.threshold_percent,
+        window=idle.window,
+        max_gap=idle.max_gap,
+        publish_delay=idle.publish_delay,
+        grace=reclaim.grace,
+        max_exemption=reclaim.max_exemption,
+        exempt_tag=reclaim.exempt_tag,
         protected_asgs=frozenset(p.asg_names),
         protected_tags=tuple((s.key, frozenset(s.values)) for s in p.tag_selectors),
     )

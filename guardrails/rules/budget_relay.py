@@ -15,10 +15,20 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from pydantic import Field
+
 from guardrails import messages
 from guardrails.budget_relay import receive
-from guardrails.config import BudgetRelayConfig
+from guardrails.configtypes import StrictModel
 from guardrails.rules.base import Rule, RuleContext
+
+
+# -- params: the ``budget_relay`` section -----------------------------------------------------
+class BudgetRelayConfig(StrictModel):
+    # The SQS queue AWS Budgets notifications arrive on (SNS -> SQS); unset = nothing to relay.
+    # The Lambda sets it from COREBURST_BUDGET_QUEUE_URL, which the stack's component writes.
+    queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
 
 
 def live_burn(ctx: RuleContext) -> tuple[float, list[tuple[str, float]]]:
@@ -48,7 +58,7 @@ def queue_region(queue_url: str, default: str) -> str:
 
 def run(ctx: RuleContext) -> None:
     """Drain the budget queue into the outbox; ``report.budget_notices`` counts the relayed."""
-    params = ctx.cfg.budget_relay
+    params: BudgetRelayConfig = ctx.cfg.budget_relay
     url = params.queue_url
     if not url:
         return
@@ -77,4 +87,5 @@ RULE = Rule(
     enabled=lambda c: c.budget_relay.queue_url is not None,
     run=run,
     example="budget_relay: {queue_url: https://sqs.us-east-1.amazonaws.com/123456789012/q}",
+    sections={"budget_relay": BudgetRelayConfig},
 )

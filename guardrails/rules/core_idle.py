@@ -41,15 +41,121 @@ import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from typing import Any, Literal
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
 
 from guardrails import messages
 from guardrails.adapters.dcgm import Activity, GpuKey, Prometheus, PrometheusError, node_activity
 from guardrails.adapters.slurm import SlurmError, SlurmJob, SlurmJobs
-from guardrails.config import CoreIdleConfig, CoreIdleThresholds, format_duration
+from guardrails.configtypes import Between, StrictModel, format_duration
 from guardrails.model import Series
 from guardrails.rules.base import Rule, RuleContext
 from guardrails.stores.sqlite import iso, parse_iso
+
+
+# -- params: the ``core_idle`` section --------------------------------------------------------
+class CoreIdleThresholds(StrictModel):
+    """When a job's GPUs count as idle, and how long its owner has before the policy acts."""
+
+    # Every GPU of the job below this (percent of DCGM activity) for ``window``: idle.
+    threshold_percent: float = Field(default=5.0, gt=0, le=100)
+    window: Annotated[timedelta, Between("5m", "7d")] = timedelta(hours=2)
+    # From the warning to the requeue / cancel (policy ``warn``: never acts).
+    grace: Annotated[timedelta, Between("5m", "7d")] = timedelta(hours=1)
+
+
+class CoreExemption(StrictModel):
+    """A job (``job``) or a Slurm user's jobs (``user``) left alone until ``until``."""
+
+    job: str | None = Field(default=None, pattern=r"^\d+$")
+    user: str | None = Field(default=None, min_length=1)
+    until: date
+
+    @model_validator(mode="after")
+    def _one_target(self) -> CoreExemption:
+        if (self.job is None) == (self.user is None):
+            raise ValueError("an exemption names exactly one of job: <id> or user: <name>")
+        return self
+
+
+class CoreIdleConfig(StrictModel):
+    """The ``core-idle`` rule (guardrails/rules/core_idle.py): GPUs that Slurm jobs on the
+    on-prem core hold but do not use, from DCGM through Prometheus. Off unless switched on; it
+    needs ``squeue``/``scontrol``/``scancel`` on this host and a Prometheus URL."""
+
+    enabled: bool = False
+    # Prometheus scraping dcgm-exporter on every core node (its HTTP API root).
+    prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
+    # The whole answer's deadline (not one socket read's), and the largest answer read.
+    prometheus_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    prometheus_max_mib: int = Field(default=64, ge=1, le=4096)
+    # Resolution the activity is read at, and the longest hole tolerated in a GPU's series
+    # (more, or no series at all: the job is blind and never acted on).
+    step: Annotated[timedelta, Between("15s", "5m")] = timedelta(minutes=1)
+    max_gap: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=5)
+    # What happens after the grace: warn only, ``scontrol requeue`` or ``scancel``.
+    policy: Literal["warn", "requeue", "cancel"] = "warn"
+    batch: CoreIdleThresholds = CoreIdleThresholds()
+    # salloc/srun sessions (Slurm's batch_flag false): people step away; warn sooner.
+    interactive: CoreIdleThresholds = CoreIdleThresholds(
+        window=timedelta(minutes=30), grace=timedelta(minutes=30)
+    )
+    # Jobs whose time limit is at most ``short_time_limit``: they end soon by themselves.
+    short: CoreIdleThresholds = CoreIdleThresholds(
+        window=timedelta(minutes=30), grace=timedelta(minutes=30)
+    )
+    short_time_limit: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
+    # Partitions watched (None: every partition whose jobs hold GPUs).
+    partitions: list[str] | None = None
+    # dcgm-exporter's host label -> Slurm node name, where they differ beyond a domain: an
+    # exporter host matches the node of its own name, else the node of its short name
+    # (``core1.lab.example`` -> ``core1``). Two exporter hosts matching one node make that
+    # node's GPUs blind (never a guess) until this names the one to use.
+    host_map: dict[
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")],
+        Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")],
+    ] = {}
+    # Slurm user -> Slack member id, so the warning mentions the job's owner.
+    slack_users: dict[str, Annotated[str, Field(pattern=r"^[UW][A-Z0-9]{2,20}$")]] = {}
+    # A job exempts itself with ``--comment=coreburst-exempt-until=YYYY-MM-DD`` (at most
+    # ``max_exemption`` ahead); operators list exemptions here. Both expire.
+    exempt_comment_key: str = Field(default="coreburst-exempt-until", pattern=r"^[\w.:-]+$")
+    exemptions: list[CoreExemption] = []
+    max_exemption: Annotated[timedelta, Between("1h", "365d")] = timedelta(days=14)
+    # At most this many requeues/cancels per cycle (``safety.max_actions_per_cycle`` applies too).
+    max_actions_per_cycle: int = Field(default=2, ge=0, le=100)
+    # $ per allocated GPU-hour of an owned node, for the messages and the report (see
+    # ``coreburst core price``: the TCO model's amortised cost); None: no dollar figures.
+    gpu_hour_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    slurm_bin_dir: Path | None = None
+    slurm_conf: Path | None = None
+    slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
+
+    @model_validator(mode="after")
+    def _url_when_enabled(self) -> CoreIdleConfig:
+        if self.enabled and not self.prometheus_url:
+            raise ValueError(
+                "set prometheus_url: http://<prometheus>:9090 (the server scraping dcgm-exporter)"
+                " when enabled is true"
+            )
+        if self.max_gap < self.step:
+            raise ValueError(
+                f"max_gap ({format_duration(self.max_gap)}) is shorter than step "
+                f"({format_duration(self.step)})"
+            )
+        by_node: dict[str, list[str]] = {}
+        for host, node in self.host_map.items():
+            by_node.setdefault(node, []).append(host)
+        for node, hosts in sorted(by_node.items()):
+            if len(hosts) > 1:
+                raise ValueError(
+                    f"host_map maps {' and '.join(sorted(hosts))} to the one Slurm node {node};"
+                    " map exactly one exporter host to each node"
+                )
+        return self
+
 
 JobKind = Literal["batch", "interactive", "short"]
 JobState = Literal["idle", "some-idle", "busy", "young", "blind", "exempt"]
@@ -142,7 +248,7 @@ def assess(
     points of each ``hpc_job`` label the exporter put on it (another job there: blind).
 
     >>> from datetime import UTC
-    >>> from guardrails.config import CoreIdleConfig
+    >>> from guardrails.rules.core_idle import CoreIdleConfig
     >>> from guardrails.adapters.slurm import SlurmJob
     >>> now = datetime(2026, 1, 1, 12, tzinfo=UTC)
     >>> job = SlurmJob("7", "ann", "ml", "core", now - timedelta(hours=3), None,
@@ -253,7 +359,7 @@ def read_activity(
 
 
 def run(ctx: RuleContext) -> None:
-    p = ctx.cfg.core_idle
+    p: CoreIdleConfig = ctx.cfg.core_idle
     now = ctx.clock.now()
     act = ctx.actuator
     slurm = SlurmJobs(p.slurm_bin_dir, p.slurm_conf, p.slurm_timeout_s)
@@ -372,7 +478,8 @@ def run(ctx: RuleContext) -> None:
 
 
 def _warn(ctx: RuleContext, a: Assessment, now: datetime, th: CoreIdleThresholds) -> None:
-    p, job = ctx.cfg.core_idle, a.job
+    p: CoreIdleConfig = ctx.cfg.core_idle
+    job = a.job
     act_after = now + th.grace if a.state == "idle" else None
     ctx.alert(
         messages.core_idle_warning(
@@ -412,7 +519,8 @@ def _warn(ctx: RuleContext, a: Assessment, now: datetime, th: CoreIdleThresholds
 
 
 def _act(ctx: RuleContext, slurm: SlurmJobs, a: Assessment, key: str, warned_at: str) -> bool:
-    p, job, act = ctx.cfg.core_idle, a.job, ctx.actuator
+    p: CoreIdleConfig = ctx.cfg.core_idle
+    job, act = a.job, ctx.actuator
     try:  # Slurm again right before acting: the job may have ended or restarted meanwhile
         still = {run_key(j) for j in slurm.running()}
     except SlurmError as exc:
@@ -469,4 +577,5 @@ RULE = Rule(
         "core_idle: {enabled: true, prometheus_url: 'http://prometheus:9090', policy: requeue,"
         " slack_users: {alice: U0123ABCD}}"
     ),
+    sections={"core_idle": CoreIdleConfig},
 )

@@ -13,15 +13,45 @@ builds one per invocation) keeps the cadence and the window.
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import timedelta
+from typing import Annotated, Any
+
+from pydantic import Field
 
 from guardrails import messages
-from guardrails.adapters import aws
-from guardrails.config import EgressConfig, format_duration
+from guardrails.adapters import aws, cloudwatch
+from guardrails.configtypes import Between, StrictModel, format_duration
 from guardrails.egress import EgressRead, project_egress, read_span, spike, window_reads
 from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached
 from guardrails.spend import day_start, month_start
 from guardrails.stores.sqlite import iso, parse_iso
+
+
+# -- params: the ``egress`` section -----------------------------------------------------------
+class EgressConfig(StrictModel):
+    enabled: bool = True
+    window: Annotated[timedelta, Between("5m", "1d")] = timedelta(hours=1)
+    # How often NetworkOut (and NAT bytes) is read, apart from the cycle (``interval``):
+    # GetMetricData bills per metric requested. Each read covers the whole span since the last
+    # one, so a spike is still found, up to ``every`` (plus the settling delay) later.
+    every: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=15)
+    daily_threshold_usd: float = Field(default=500.0, gt=0)
+    spike_factor: float = Field(default=3.0, gt=1)
+    baseline: Annotated[timedelta, Between("1h", "30d")] = timedelta(hours=24)
+    min_baseline_samples: int = Field(default=3, ge=1)
+    top_talkers: int = Field(default=5, ge=1)
+    include_nat: bool = True
+    cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
+
+
+def _retention_covers_baseline(cfg: Any) -> None:
+    if cfg.state.snapshot_retention < cfg.egress.baseline:
+        raise ValueError(
+            f"state.snapshot_retention ({format_duration(cfg.state.snapshot_retention)}) "
+            f"is shorter than egress.baseline ({format_duration(cfg.egress.baseline)}); "
+            "raise it or shorten the baseline"
+        )
+
 
 # kv key: {"read_at", "reads": [EgressRead rows], "last": the last read's report}
 READS_KEY = "egress-spike:reads"
@@ -29,7 +59,7 @@ READS_KEY = "egress-spike:reads"
 
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
-    cfg = ctx.cfg.egress
+    cfg: EgressConfig = ctx.cfg.egress
     saved: dict[str, Any] = ctx.state.get(READS_KEY) or {}
     read_at = parse_iso(saved["read_at"]) if saved.get("read_at") else None
     if read_at is not None and read_at <= now < read_at + cfg.every:
@@ -49,7 +79,7 @@ def run(ctx: RuleContext) -> None:
         cw = ctx.aws.client("cloudwatch", region)
         ids = [n.instance_id for n in ctx.nodes if n.region == region]
         if ids:
-            b, failed = aws.sum_bytes(
+            b, failed = cloudwatch.sum_bytes(
                 cw, "AWS/EC2", "NetworkOut", "InstanceId", ids=ids, start=start, end=end
             )
             inst_bytes.update(b)
@@ -58,7 +88,7 @@ def run(ctx: RuleContext) -> None:
         if cfg.include_nat:
             nats = aws.nat_gateways(ctx.aws.client("ec2", region))
             if nats:
-                b, failed = aws.sum_bytes(
+                b, failed = cloudwatch.sum_bytes(
                     cw,
                     "AWS/NATGateway",
                     "BytesOutToDestination",
@@ -158,4 +188,6 @@ RULE = Rule(
     enabled=lambda c: c.egress.enabled,
     run=run,
     example="egress: {daily_threshold_usd: 500, spike_factor: 3, every: 15m}",
+    sections={"egress": EgressConfig},
+    validators=(_retention_covers_baseline,),
 )

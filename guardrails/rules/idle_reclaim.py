@@ -18,10 +18,10 @@ from typing import Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 
 from coreburst.common.catalog import Catalog, CatalogError, load_catalog
-from coreburst.common.telemetry import NEURON_LNC_TAG
+from coreburst.common.telemetry import NEURON_LNC_TAG, UTILIZATION_METRICS
 from guardrails import messages
-from guardrails.adapters import aws
-from guardrails.config import GuardrailsConfig, IdleConfig
+from guardrails.adapters import aws, cloudwatch
+from guardrails.config import ConfigError, GuardrailsConfig
 from guardrails.idle import (
     Decision,
     DeviceStat,
@@ -30,6 +30,7 @@ from guardrails.idle import (
     assess_utilization,
     decide,
 )
+from guardrails.idle_config import IdleConfig, ReclaimConfig
 from guardrails.model import DeviceSeries, Node
 from guardrails.rules.base import Rule, RuleContext, idle_params, reclaim_slurm_node
 from guardrails.stores.sqlite import iso, parse_iso
@@ -41,7 +42,7 @@ def expected_series(node: Node, cfg: GuardrailsConfig, catalog: Catalog | None =
     ``idle.neuron_lnc``, else the catalog's default size). Never a default of 1. Returns the
     reason instead where the count cannot be known (the node is then never idle).
 
-    >>> from guardrails.config import parse_config
+    >>> from guardrails.configfile import parse_config
     >>> from guardrails.model import Node
     >>> from datetime import UTC, datetime
     >>> trn = Node("i-1", "us-east-2", "us-east-2a", "trn2.48xlarge", "neuron", 16, "on-demand",
@@ -72,7 +73,7 @@ def utilization(
     cfg: GuardrailsConfig,
     nodes: list[Node],
     now: datetime,
-    cache: aws.SeriesCache | None = None,
+    cache: cloudwatch.SeriesCache | None = None,
     *,
     catalog: Catalog | None = None,
     heartbeats: Literal["blind", "all"] = "blind",
@@ -89,7 +90,7 @@ def utilization(
     ``idle.report_partial_idle`` says; ``explain`` passes True)."""
     out: dict[str, Utilization] = {}
     params = idle_params(cfg)
-    spp = aws.samples_per_period(cfg.idle)
+    spp = cloudwatch.samples_per_period(cfg.idle)
     for region in sorted({n.region for n in nodes}):
         rn = [n for n in nodes if n.region == region]
         cw = clients.client("cloudwatch", region)
@@ -101,7 +102,7 @@ def utilization(
         by_rollup = [n for n in rn if rolled(n)]
         per_device = [n for n in rn if not rolled(n)]
         if by_rollup:
-            periods, errors = aws.fetch_rollups(
+            periods, errors = cloudwatch.fetch_rollups(
                 cw, by_rollup, cfg.idle, now, cache, partial_idle=partial_idle
             )
             for n in by_rollup:
@@ -119,7 +120,7 @@ def utilization(
                 and (heartbeats == "all" or out[n.instance_id].state == "unknown")
             ]
             if check:
-                for iid, why in aws.fetch_heartbeats(cw, check, cfg.idle, now).items():
+                for iid, why in cloudwatch.fetch_heartbeats(cw, check, cfg.idle, now).items():
                     if why:
                         u = out[iid]
                         out[iid] = replace(
@@ -129,7 +130,7 @@ def utilization(
                             idle_devices=[],
                         )
         if per_device:
-            series, errors = aws.fetch_utilization(cw, per_device, cfg.idle, now, cache)
+            series, errors = cloudwatch.fetch_utilization(cw, per_device, cfg.idle, now, cache)
             for n in per_device:
                 if n.instance_id in errors:
                     out[n.instance_id] = Utilization("unknown", errors[n.instance_id])
@@ -146,7 +147,7 @@ def per_device_stats(
     """Every accelerator's own series over the window (``explain``; the decision itself reads
     the rollup): one row per device found, or one row saying why none could be read."""
     cw = clients.client("cloudwatch", node.region)
-    series, errors = aws.fetch_utilization(cw, [node], cfg.idle, now)
+    series, errors = cloudwatch.fetch_utilization(cw, [node], cfg.idle, now)
     if node.instance_id in errors:
         return [DeviceStat(f"per-device: {errors[node.instance_id]}", None, 0, None, None, None)]
     got = series.get(node.instance_id, {})
@@ -175,7 +176,7 @@ LAST_READ_KEY = "idle-reclaim:last-read"
 _STATES = ("busy", "idle", "unknown")
 
 
-def _load_last_read(cache: aws.SeriesCache, got: Mapping[str, Any]) -> None:
+def _load_last_read(cache: cloudwatch.SeriesCache, got: Mapping[str, Any]) -> None:
     cache.idle_read_at = parse_iso(got["at"])
     nxt: dict[str, datetime] = {}
     states: dict[str, str] = {}
@@ -189,7 +190,9 @@ def _load_last_read(cache: aws.SeriesCache, got: Mapping[str, Any]) -> None:
     cache.idle_next, cache.idle_states = nxt, states
 
 
-def _last_read_record(cache: aws.SeriesCache, nodes: list[Node], now: datetime) -> dict[str, Any]:
+def _last_read_record(
+    cache: cloudwatch.SeriesCache, nodes: list[Node], now: datetime
+) -> dict[str, Any]:
     here = {n.instance_id for n in nodes}
     for gone in [i for i in cache.idle_states if i not in here]:
         del cache.idle_states[gone]
@@ -210,7 +213,7 @@ def _last_read_record(cache: aws.SeriesCache, nodes: list[Node], now: datetime) 
     }
 
 
-def _as_last_read(n: Node, cache: aws.SeriesCache) -> Utilization:
+def _as_last_read(n: Node, cache: cloudwatch.SeriesCache) -> Utilization:
     """A node not read this cycle, as its own last read left it."""
     iid = n.instance_id
     state = cache.idle_states.get(iid)
@@ -234,7 +237,9 @@ def _as_last_read(n: Node, cache: aws.SeriesCache) -> Utilization:
     return Utilization("unknown", "not read yet (utilization is read every idle.every)")
 
 
-def _schedule(cache: aws.SeriesCache, decisions: Mapping[str, Decision], marked: set[str]) -> None:
+def _schedule(
+    cache: cloudwatch.SeriesCache, decisions: Mapping[str, Decision], marked: set[str]
+) -> None:
     """When each decided node is next read: a busy node (or one with a hole longer than
     max_gap) not before it could be idle for the whole window (``Utilization.idle_from``); an
     idle node that carries a mark at its reclaim time (it is read fresh then, before any
@@ -427,6 +432,34 @@ def _apply(ctx: RuleContext, n: Node, d: Decision, digests: dict[str, _Digest]) 
             digest[1].append((key, n, d, hourly))
 
 
+def _check_metric_coverage(cfg: GuardrailsConfig, origin: str) -> None:
+    """Every accelerator family the watched types have needs a utilization metric, and
+    ``idle.neuron_lnc`` must be a size each watched Trainium type accepts: otherwise whole
+    families would be silently blind (or, with a wrong count, wrongly covered)."""
+    cat = load_catalog()
+    by_kind: dict[str, list[str]] = {}
+    for t in cfg.watched_types():
+        by_kind.setdefault(cat.instance(t).accelerator.kind, []).append(t)
+    for kind, types in sorted(by_kind.items()):
+        if kind not in cfg.idle.metrics:
+            default = UTILIZATION_METRICS[kind]  # type: ignore[index]
+            raise ConfigError(
+                f"{origin}: idle.metrics: no metric for {kind} accelerators, which "
+                f"{', '.join(types)} have; remove `{kind}: null` to use the default "
+                f"({default.namespace} {default.metric_name} by {default.device_dimension}), "
+                "or leave those types out with instance_types"
+            )
+    lnc = cfg.idle.neuron_lnc
+    if lnc is not None:
+        for t in by_kind.get("neuron", []):
+            nc = cat.instance(t).accelerator.neuron_cores
+            if nc is not None and lnc not in nc.logical_core_sizes:
+                raise ConfigError(
+                    f"{origin}: idle.neuron_lnc: {lnc} is not a logical NeuronCore size of {t}; "
+                    f"allowed: {', '.join(map(str, nc.logical_core_sizes))}"
+                )
+
+
 RULE = Rule(
     name="idle-reclaim",
     order=10,
@@ -449,4 +482,6 @@ RULE = Rule(
     enabled=lambda c: c.reclaim.enabled,
     run=run,
     example="idle: {threshold_percent: 5, window: 30m}\nreclaim: {grace: 1h}",
+    sections={"idle": IdleConfig, "reclaim": ReclaimConfig},
+    checks=(_check_metric_coverage,),
 )

@@ -9,19 +9,22 @@ at the hard limit (through the actuator's gate).
 from __future__ import annotations
 
 import functools
+import re
 from collections import Counter
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import Field, model_validator
 
-from coreburst.common.catalog import CatalogError
+from coreburst.common.catalog import CatalogError, load_catalog
 from guardrails import messages
 from guardrails.adapters import aws
-from guardrails.config import SpendConfig
+from guardrails.configtypes import Between, ConfigError, StrictModel, format_duration
 from guardrails.idle import exemption_status, protection_status
 from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached, idle_params
 from guardrails.spend import (
+    Projection,
     accrue_since_launch,
     breach_time,
     core_spend,
@@ -33,6 +36,100 @@ from guardrails.spend import (
     project,
 )
 from guardrails.stores.sqlite import iso, parse_iso
+
+
+# -- params: the ``spend`` section ------------------------------------------------------------
+class ScopeConfig(StrictModel):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9:_.-]*$")
+    # No tag means the whole account.
+    tag_key: str | None = None
+    tag_value: str | None = None
+    daily_limit_usd: float | None = Field(default=None, gt=0)
+    monthly_limit_usd: float | None = Field(default=None, gt=0)
+    enforce: bool = False
+    # Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
+    # scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost:
+    # shown in status and the spend messages, never counted against the limits above.
+    slurm_accounts: list[str] = []
+
+    @model_validator(mode="after")
+    def _slurm_accounts(self) -> ScopeConfig:
+        seen: set[str] = set()
+        for a in self.slurm_accounts:
+            if not re.fullmatch(r"[a-z0-9][a-z0-9_.-]{0,63}", a):
+                hint = f"; write {a.lower()}" if a != a.lower() else ""
+                raise ValueError(
+                    f"slurm_accounts: {a!r} is not a Slurm account name (lower case letters, "
+                    f"digits, _ . -; Slurm stores accounts in lower case){hint}"
+                )
+            if a in seen:
+                raise ValueError(f"slurm_accounts: {a} is listed twice; list it once")
+            seen.add(a)
+        return self
+
+
+class DirectConnectPort(StrictModel):
+    bandwidth: str
+    count: int = Field(default=1, ge=1)
+
+
+class SpendConfig(StrictModel):
+    enabled: bool = True
+    thresholds_percent: list[float] = [50.0, 80.0, 100.0]
+    scopes: list[ScopeConfig] = [ScopeConfig(name="account")]
+    # "live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction.
+    spot_price: Literal["live", "catalog-estimate"] = "live"
+    cost_explorer: bool = True
+    # Cost Explorer bills each request and updates a few times a day.
+    cost_explorer_refresh: Annotated[timedelta, Between("1h", "7d")] = timedelta(hours=6)
+    # Ports to price when DescribeConnections is not wanted (or not allowed); None = discover.
+    direct_connect_ports: list[DirectConnectPort] | None = None
+    include_lustre: bool = True
+
+    @model_validator(mode="after")
+    def _one_scope_per_slurm_account(self) -> SpendConfig:
+        owner: dict[str, str] = {}
+        for scope in self.scopes:
+            for a in scope.slurm_accounts:
+                if a in owner:
+                    raise ValueError(
+                        f"Slurm account {a} is in scopes {owner[a]} and {scope.name}; put each "
+                        "account in one scope's slurm_accounts"
+                    )
+                owner[a] = scope.name
+        return self
+
+
+def _retention_covers_core_month(cfg: Any) -> None:
+    # a scope's core GPU-hours are month-to-date: the core-idle rule's records must last a month
+    if any(sc.slurm_accounts for sc in cfg.spend.scopes) and (
+        cfg.state.snapshot_retention < timedelta(days=31)
+    ):
+        raise ValueError(
+            f"state.snapshot_retention ({format_duration(cfg.state.snapshot_retention)}) "
+            "is shorter than a month, and spend.scopes list slurm_accounts (month-to-date "
+            "core GPU-hours); raise it to 31d or more"
+        )
+
+
+def _check_scopes(cfg: Any, origin: str) -> None:
+    """What the model alone cannot say: Direct Connect bandwidths the catalog prices, unique
+    scope names, and a scope's tag given whole."""
+    cat = load_catalog()
+    for port in cfg.spend.direct_connect_ports or []:
+        if port.bandwidth not in cat.direct_connect_port_usd_per_hour:
+            raise ConfigError(
+                f"{origin}: spend.direct_connect_ports.bandwidth: {port.bandwidth!r}; allowed: "
+                f"{', '.join(cat.direct_connect_port_usd_per_hour)}"
+            )
+    names = [s.name for s in cfg.spend.scopes]
+    if len(set(names)) != len(names):
+        raise ConfigError(f"{origin}: spend.scopes: scope names must be unique (got {names})")
+    for s in cfg.spend.scopes:
+        if (s.tag_key is None) != (s.tag_value is None):
+            raise ConfigError(
+                f"{origin}: spend.scopes.{s.name}: set both tag_key and tag_value, or neither"
+            )
 
 
 def _in_scope(tags: dict[str, str], key: str | None, value: str | None) -> bool:
@@ -47,23 +144,8 @@ def _lustre_kind(fs: aws.LustreFs) -> str:
 
 def run(ctx: RuleContext) -> None:
     now = ctx.clock.now()
-    cfg = ctx.cfg.spend
-    hpm = ctx.catalog.hours_per_month
-    fs_list: list[aws.LustreFs] = []
-    dx_list: list[tuple[str, str, dict[str, str]]] = []
-    for region in ctx.cfg.regions:
-        if cfg.include_lustre:
-            try:
-                fs_list.extend(aws.lustre_file_systems(ctx.aws.client("fsx", region)))
-            except (ClientError, BotoCoreError) as exc:
-                ctx.report.errors.append(f"fsx {region}: {type(exc).__name__}")
-        if cfg.direct_connect_ports is None:
-            try:
-                dx_list.extend(aws.dx_connections(ctx.aws.client("directconnect", region)))
-            except (ClientError, BotoCoreError) as exc:
-                ctx.report.errors.append(f"directconnect {region}: {type(exc).__name__}")
-    for p in cfg.direct_connect_ports or []:
-        dx_list.extend((f"configured-{i}", p.bandwidth, {}) for i in range(p.count))
+    cfg: SpendConfig = ctx.cfg.spend
+    fs_list, dx_list = _billed_resources(ctx)
     ce = ctx.aws.client("ce", "us-east-1")
     # The core's job runs this month (the core-idle rule's records), for scopes that name Slurm
     # accounts: shown beside cloud spend, never counted against its limits (owned, sunk cost).
@@ -74,35 +156,7 @@ def run(ctx: RuleContext) -> None:
     )
     for scope in cfg.scopes:
         tag = (scope.tag_key, scope.tag_value) if scope.tag_key and scope.tag_value else None
-        # ($/h, running since) of everything in scope that bills; anything without a catalog
-        # price (an instance, a Lustre file system, a Direct Connect port) is counted apart by
-        # what it is, never as $0 and never skipped: as `coreburst plan` refuses to total it
-        items: list[tuple[float, datetime | None]] = []
-        unpriced: Counter[str] = Counter()
-        unpriced_instances = 0
-        for n in ctx.nodes:
-            if _in_scope(n.tags, scope.tag_key, scope.tag_value):
-                price = ctx.prices.hourly(n)
-                if price is None:
-                    unpriced[f"{n.instance_type} in {n.region} ({n.market})"] += 1
-                    unpriced_instances += 1
-                else:
-                    items.append((price, n.launch_time))
-        for fs in fs_list:
-            if _in_scope(fs.tags, scope.tag_key, scope.tag_value):
-                try:
-                    per_gb = ctx.catalog.lustre_price(fs.deployment_type, fs.throughput)
-                except CatalogError:
-                    unpriced[_lustre_kind(fs)] += 1
-                    continue
-                items.append((lustre_usd_per_hour(fs.capacity_gib, per_gb, hpm), fs.created))
-        for _cid, bw, tags in dx_list:
-            if _in_scope(tags, scope.tag_key, scope.tag_value):
-                try:
-                    items.append((ctx.catalog.dx_port_price(bw), None))
-                except CatalogError:
-                    unpriced[f"Direct Connect port {bw}"] += 1
-                    continue
+        items, unpriced, unpriced_instances = _scope_items(ctx, scope, fs_list, dx_list)
         burn = sum(rate for rate, _ in items)
         actual = 0.0
         if cfg.cost_explorer:
@@ -164,50 +218,143 @@ def run(ctx: RuleContext) -> None:
         ctx.actuator.audit("spend", scope=scope.name, **ctx.report.spend[scope.name])
         if unpriced:
             ctx.alert(messages.spend_unpriced(scope.name, now.date(), unpriced), timedelta(hours=6))
-        hard = False
-        for period, spent, limit, _end in limits:
-            if limit is None:
-                continue
-            kind = period.split(":")[0]
-            hit = crossed(spent, limit, cfg.thresholds_percent)
-            at = breaches[kind]
-            if at is not None and spent < limit:
-                _forecast(
-                    ctx,
-                    scope.name,
-                    period,
-                    at=at,
-                    spent=spent,
-                    limit=limit,
-                    burn=burn,
-                    unpriced=unpriced,
-                    core=core,
-                )
-            if not hit:
-                continue
-            hard = hard or spent >= limit
-            for lower in hit[:-1]:  # crossed together: one message, all remembered
-                key = f"spend:{scope.name}:{period}:{lower:g}"
-                ctx.state.remember(key, key, now)
-            ctx.alert(
-                messages.spend_threshold(
-                    scope.name,
-                    period,
-                    hit[-1],
-                    spent=spent,
-                    limit=limit,
-                    burn=burn,
-                    projected_month=proj.projected_month_usd,
-                    enforce=scope.enforce,
-                    now=now,
-                    breach_at=at,
-                    unpriced=unpriced,
-                    core=core,
-                ),
-                timedelta(0),
-            )
+        hard = _alert_limits(
+            ctx,
+            scope,
+            limits,
+            now=now,
+            breaches=breaches,
+            burn=burn,
+            proj=proj,
+            unpriced=unpriced,
+            core=core,
+        )
         if hard and scope.enforce:
             _enforce(ctx, scope.name, tag)
+
+
+def _billed_resources(
+    ctx: RuleContext,
+) -> tuple[list[aws.LustreFs], list[tuple[str, str, dict[str, str]]]]:
+    """The Lustre file systems and Direct Connect ports of every region (the configured ports
+    instead of the discovered ones when ``spend.direct_connect_ports`` lists them)."""
+    cfg: SpendConfig = ctx.cfg.spend
+    fs_list: list[aws.LustreFs] = []
+    dx_list: list[tuple[str, str, dict[str, str]]] = []
+    for region in ctx.cfg.regions:
+        if cfg.include_lustre:
+            try:
+                fs_list.extend(aws.lustre_file_systems(ctx.aws.client("fsx", region)))
+            except (ClientError, BotoCoreError) as exc:
+                ctx.report.errors.append(f"fsx {region}: {type(exc).__name__}")
+        if cfg.direct_connect_ports is None:
+            try:
+                dx_list.extend(aws.dx_connections(ctx.aws.client("directconnect", region)))
+            except (ClientError, BotoCoreError) as exc:
+                ctx.report.errors.append(f"directconnect {region}: {type(exc).__name__}")
+    for p in cfg.direct_connect_ports or []:
+        dx_list.extend((f"configured-{i}", p.bandwidth, {}) for i in range(p.count))
+    return fs_list, dx_list
+
+
+def _scope_items(
+    ctx: RuleContext,
+    scope: ScopeConfig,
+    fs_list: list[aws.LustreFs],
+    dx_list: list[tuple[str, str, dict[str, str]]],
+) -> tuple[list[tuple[float, datetime | None]], Counter[str], int]:
+    """($/h, running since) of everything in ``scope`` that bills, what has no catalog price
+    (counted by kind), and how many of those are instances. Anything without a catalog price
+    (an instance, a Lustre file system, a Direct Connect port) is counted apart by what it is,
+    never as $0 and never skipped: as `coreburst plan` refuses to total it."""
+    hpm = ctx.catalog.hours_per_month
+    items: list[tuple[float, datetime | None]] = []
+    unpriced: Counter[str] = Counter()
+    unpriced_instances = 0
+    for n in ctx.nodes:
+        if _in_scope(n.tags, scope.tag_key, scope.tag_value):
+            price = ctx.prices.hourly(n)
+            if price is None:
+                unpriced[f"{n.instance_type} in {n.region} ({n.market})"] += 1
+                unpriced_instances += 1
+            else:
+                items.append((price, n.launch_time))
+    for fs in fs_list:
+        if _in_scope(fs.tags, scope.tag_key, scope.tag_value):
+            try:
+                per_gb = ctx.catalog.lustre_price(fs.deployment_type, fs.throughput)
+            except CatalogError:
+                unpriced[_lustre_kind(fs)] += 1
+                continue
+            items.append((lustre_usd_per_hour(fs.capacity_gib, per_gb, hpm), fs.created))
+    for _cid, bw, tags in dx_list:
+        if _in_scope(tags, scope.tag_key, scope.tag_value):
+            try:
+                items.append((ctx.catalog.dx_port_price(bw), None))
+            except CatalogError:
+                unpriced[f"Direct Connect port {bw}"] += 1
+                continue
+    return items, unpriced, unpriced_instances
+
+
+def _alert_limits(
+    ctx: RuleContext,
+    scope: ScopeConfig,
+    limits: tuple[tuple[str, float, float | None, datetime], ...],
+    *,
+    now: datetime,
+    breaches: dict[str, datetime | None],
+    burn: float,
+    proj: Projection,
+    unpriced: Counter[str],
+    core: dict[str, Any] | None,
+) -> bool:
+    """Forecast and threshold alerts for each of the scope's limits; True when one is reached
+    (spent >= limit), which is what ``enforce`` acts on."""
+    cfg: SpendConfig = ctx.cfg.spend
+    hard = False
+    for period, spent, limit, _end in limits:
+        if limit is None:
+            continue
+        kind = period.split(":")[0]
+        hit = crossed(spent, limit, cfg.thresholds_percent)
+        at = breaches[kind]
+        if at is not None and spent < limit:
+            _forecast(
+                ctx,
+                scope.name,
+                period,
+                at=at,
+                spent=spent,
+                limit=limit,
+                burn=burn,
+                unpriced=unpriced,
+                core=core,
+            )
+        if not hit:
+            continue
+        hard = hard or spent >= limit
+        for lower in hit[:-1]:  # crossed together: one message, all remembered
+            key = f"spend:{scope.name}:{period}:{lower:g}"
+            ctx.state.remember(key, key, now)
+        ctx.alert(
+            messages.spend_threshold(
+                scope.name,
+                period,
+                hit[-1],
+                spent=spent,
+                limit=limit,
+                burn=burn,
+                projected_month=proj.projected_month_usd,
+                enforce=scope.enforce,
+                now=now,
+                breach_at=at,
+                unpriced=unpriced,
+                core=core,
+            ),
+            timedelta(0),
+        )
+    return hard
 
 
 # A forecast is sent again only when the breach moved this much earlier than the last one sent
@@ -324,4 +471,7 @@ RULE = Rule(
     enabled=lambda c: c.spend.enabled,
     run=run,
     example="spend: {scopes: [{name: account, daily_limit_usd: 5000}]}",
+    sections={"spend": SpendConfig},
+    validators=(_retention_covers_core_month,),
+    checks=(_check_scopes,),
 )

@@ -33,7 +33,7 @@ import pytest
 from coreburst.sandbox.emulator import fake_session
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
 from guardrails.adapters.aws import Aws
-from guardrails.config import load_config
+from guardrails.configfile import load_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

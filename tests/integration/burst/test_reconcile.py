@@ -20,7 +20,7 @@ from coreburst.sandbox.emulator import AMI, fake_session
 from coreburst.sandbox.slurmlab import BurstLab, SlurmLab
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import Scontrol, power_down_when_idle
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

@@ -27,7 +27,7 @@ from coreburst.common.pricing import instance_rate
 from coreburst.sandbox.emulator import fake_session
 from coreburst.sandbox.slurmlab import BurstLab
 from guardrails.adapters.aws import Aws
-from guardrails.config import load_config
+from guardrails.configfile import load_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

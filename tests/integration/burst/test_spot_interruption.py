@@ -27,7 +27,7 @@ from coreburst.burst.spot_interruption import REASON_PREFIX
 from coreburst.sandbox.emulator import fake_session
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
 from guardrails.adapters.aws import Aws
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

@@ -27,7 +27,7 @@ from coreburst.sandbox.prometheus import PrometheusServer
 from coreburst.sandbox.slurmlab import SlurmLab, wait_until
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import SlurmJobs
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

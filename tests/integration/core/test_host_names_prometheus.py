@@ -20,7 +20,7 @@ import pytest
 from coreburst.sandbox import prometheus as promlab
 from guardrails.adapters.dcgm import GPU_UTIL, Prometheus, node_activity, node_selector
 from guardrails.adapters.slurm import SlurmJob
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.rules.core_idle import assess, read_activity
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,8 @@ from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
 from guardrails.adapters.aws import Aws
-from guardrails.config import GuardrailsConfig, parse_config
+from guardrails.config import GuardrailsConfig
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

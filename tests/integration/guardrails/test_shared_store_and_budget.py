@@ -21,7 +21,7 @@ import pytest
 
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
-from guardrails.config import BudgetRelayConfig
+from guardrails.rules.budget_relay import BudgetRelayConfig
 from guardrails.stores.dynamodb import DynamoState, create_table
 
 from .conftest import METRICS

@@ -25,11 +25,12 @@ import pytest
 from botocore.stub import Stubber
 from moto import mock_aws
 
-from coreburst.burst.ec2_events import Issue, issues, plan
+from coreburst.burst.ec2_events import BurstHealthConfig, Issue, issues, plan
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import parse_nodes
-from guardrails.config import BurstHealthConfig, ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State

@@ -343,7 +343,7 @@ def test_the_reconciler_never_takes_an_instance_still_being_named_for_an_orphan(
     """burst-reconcile's shortest ``orphan_timeout`` outlasts the longest the resume program
     may spend tagging a fresh instance with its node (an instance launched but not yet named
     must not be terminated as an orphan)."""
-    from guardrails.config import BurstReconcileConfig
+    from coreburst.burst.reconcile import BurstReconcileConfig
 
     (bounds,) = [
         m for m in BurstReconcileConfig.model_fields["orphan_timeout"].metadata if hasattr(m, "min")

@@ -28,7 +28,8 @@ from coreburst.burst.reconcile import ICE, Instance, plan, pools_of, write_heart
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import Scontrol, SlurmError, parse_nodes
-from guardrails.config import ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State

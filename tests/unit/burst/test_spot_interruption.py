@@ -31,7 +31,8 @@ from moto import mock_aws
 from coreburst.burst.spot_interruption import REASON_PREFIX, WATCH_KEY, SpotEvent, parse_event
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
-from guardrails.config import ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State

@@ -190,7 +190,8 @@ def test_secret_in_a_fleet_file_never_reaches_the_message(tmp_path: Path) -> Non
 
 
 def test_secret_in_a_guardrails_config_never_reaches_the_message() -> None:
-    from guardrails.config import ConfigError, parse_config
+    from guardrails.config import ConfigError
+    from guardrails.configfile import parse_config
 
     with pytest.raises(ConfigError) as exc:
         parse_config(f"slack: {{webhook_url: '{WEBHOOK}', token: '{BOT_TOKEN}'}}\n")

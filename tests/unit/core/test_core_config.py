@@ -9,7 +9,8 @@ import pytest
 from typer.testing import CliRunner
 
 from guardrails.cli import app
-from guardrails.config import RULE_NAMES, ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import RULE_NAMES, parse_config
 from guardrails.rules import REGISTRY
 
 

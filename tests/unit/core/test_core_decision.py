@@ -12,9 +12,9 @@ import pytest
 
 from guardrails.adapters.dcgm import GpuKey
 from guardrails.adapters.slurm import SlurmJob
-from guardrails.config import CoreIdleConfig, parse_config
+from guardrails.configfile import parse_config
 from guardrails.model import Series
-from guardrails.rules.core_idle import assess, exemption, job_kind
+from guardrails.rules.core_idle import CoreIdleConfig, assess, exemption, job_kind
 
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)
 P = CoreIdleConfig()  # batch window 2h, interactive/short 30m, threshold 5 %, max_gap 5m

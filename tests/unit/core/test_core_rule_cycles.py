@@ -31,7 +31,7 @@ from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.dcgm import GPU_UTIL
 from guardrails.adapters.slurm import parse_jobs
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

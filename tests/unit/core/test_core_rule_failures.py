@@ -20,7 +20,7 @@ from moto import mock_aws
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import parse_jobs
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State

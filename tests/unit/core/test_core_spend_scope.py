@@ -27,7 +27,8 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import fake_session, launch
 from guardrails.adapters.aws import Aws
 from guardrails.cli import app as guardrails_app
-from guardrails.config import ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.spend import core_spend
 from guardrails.stores.sqlite import State

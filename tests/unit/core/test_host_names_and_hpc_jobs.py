@@ -25,8 +25,9 @@ from coreburst.sandbox.prometheus import parse_scrape
 from guardrails.adapters.dcgm import match_hosts, parse_series, to_nodes
 from guardrails.adapters.slurm import SlurmJob
 from guardrails.cli import app
-from guardrails.config import ConfigError, CoreIdleConfig, parse_config
-from guardrails.rules.core_idle import assess
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
+from guardrails.rules.core_idle import CoreIdleConfig, assess
 
 FIXTURE = Path(__file__).parents[2] / "integration" / "core" / "fixtures" / "dcgm-fqdn-hpc.prom"
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)

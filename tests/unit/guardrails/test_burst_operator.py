@@ -10,9 +10,15 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from coreburst.burst.reconcile import ICE, OPERATOR_RELEASED, Instance, holds, plan
+from coreburst.burst.reconcile import (
+    ICE,
+    OPERATOR_RELEASED,
+    BurstReconcileConfig,
+    Instance,
+    holds,
+    plan,
+)
 from guardrails.adapters.slurm import parse_nodes
-from guardrails.config import BurstReconcileConfig
 from tests.unit.burst.test_reconcile import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)

@@ -31,8 +31,9 @@ from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails import org
-from guardrails.adapters.aws import Aws, inventory, sum_bytes
-from guardrails.config import parse_config
+from guardrails.adapters.aws import Aws, inventory
+from guardrails.adapters.cloudwatch import sum_bytes
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.egress import SETTLE, read_span
 from guardrails.rules.idle_reclaim import utilization

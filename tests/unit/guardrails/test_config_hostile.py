@@ -17,13 +17,8 @@ from pydantic import BaseModel
 
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
-from guardrails.config import (
-    Between,
-    ConfigError,
-    GuardrailsConfig,
-    kill_switch_engaged,
-    parse_config,
-)
+from guardrails.config import Between, ConfigError, kill_switch_engaged
+from guardrails.configfile import GuardrailsConfig, parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

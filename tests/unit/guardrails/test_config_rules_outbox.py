@@ -13,7 +13,8 @@ from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.slack import Alert, Outbox
 from guardrails.cli import app
-from guardrails.config import ConfigError, SlackConfig, parse_config
+from guardrails.config import ConfigError, SlackConfig
+from guardrails.configfile import parse_config
 from guardrails.rules import REGISTRY, iam_actions
 from guardrails.stores.sqlite import State
 

@@ -29,7 +29,8 @@ from coreburst.common.telemetry import NEURON_LNC_TAG, UTILIZATION_METRICS
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails.adapters.aws import Aws, inventory
 from guardrails.cli import app
-from guardrails.config import ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 from guardrails.idle import decide
 from guardrails.rules.idle_reclaim import expected_series, idle_params, utilization
 

@@ -29,7 +29,8 @@ from coreburst.sandbox.clocks import FakeClock
 from guardrails import messages
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slack import PRIORITY_URGENT, Alert, Outbox
-from guardrails.config import SlackConfig, parse_config
+from guardrails.config import SlackConfig
+from guardrails.configfile import parse_config
 from guardrails.daemon import CycleReport, Daemon
 from guardrails.idle import Decision, Utilization
 from guardrails.model import Node

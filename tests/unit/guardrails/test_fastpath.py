@@ -25,7 +25,8 @@ from moto import mock_aws
 from coreburst.common.catalog import load_catalog
 from coreburst.sandbox.emulator import fake_session, launch
 from guardrails import fastpath
-from guardrails.adapters.aws import Aws, SeriesRef, get_metric_data, inventory
+from guardrails.adapters.aws import Aws, inventory
+from guardrails.adapters.cloudwatch import SeriesRef, get_metric_data
 from guardrails.config import AwsConfig
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "aws" / "describe_instances_p5.xml"

@@ -32,7 +32,8 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import WebhookReceiver
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slack import CLAIM_MARGIN_S, Alert, Outbox
-from guardrails.config import SlackConfig, parse_config
+from guardrails.config import SlackConfig
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon, dead_local_holder, leader_id
 from guardrails.stores.base import StateStore
 from guardrails.stores.sqlite import State

@@ -23,7 +23,7 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import fake_session, launch
 from guardrails import messages
 from guardrails.adapters.aws import Aws
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.spend import accrue_since_launch, breach_time
 from guardrails.stores.sqlite import State

@@ -22,7 +22,7 @@ from guardrails import cli
 from guardrails.actuator import PAUSE_POINTS
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slack import Alert
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 

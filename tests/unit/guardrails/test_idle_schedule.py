@@ -26,7 +26,7 @@ from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRI
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
 from guardrails.adapters.aws import Aws, inventory
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.idle import IdleParams, PeriodStat, assess_rollup, decide
 from guardrails.model import Node
@@ -291,7 +291,7 @@ def test_the_stored_schedule_of_10000_nodes_fits_one_dynamodb_item() -> None:
     grouped by next read time and state, and a new process reads the same schedule back."""
     import json
 
-    from guardrails.adapters.aws import SeriesCache
+    from guardrails.adapters.cloudwatch import SeriesCache
     from guardrails.rules.idle_reclaim import LAST_READ_KEY, _last_read_record, _load_last_read
 
     cache = SeriesCache()

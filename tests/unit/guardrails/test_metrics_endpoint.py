@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from guardrails.config import ConfigError, parse_config
+from guardrails.config import ConfigError
+from guardrails.configfile import parse_config
 
 CONTAINERFILE = Path(__file__).parents[3] / "guardrails" / "deploy" / "Containerfile"
 

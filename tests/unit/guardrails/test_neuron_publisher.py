@@ -35,7 +35,7 @@ from coreburst.common.catalog import load_catalog
 from coreburst.common.telemetry import PUBLISHER_HEARTBEATS, UTILIZATION_METRICS
 from coreburst.sandbox.emulator import fake_session, launch
 from guardrails.adapters.aws import Aws, inventory
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.idle import decide
 from guardrails.rules.idle_reclaim import idle_params, utilization
 from infra.userdata import (
@@ -295,8 +295,8 @@ def test_the_publisher_buffers_its_collections_and_sends_once_per_flush(tmp_path
 
 
 def test_a_metric_someone_else_publishes_needs_no_heartbeat() -> None:
-    from guardrails.adapters.aws import heartbeat_refs
-    from guardrails.config import MetricConfig
+    from guardrails.adapters.cloudwatch import heartbeat_refs
+    from guardrails.idle_config import MetricConfig
 
     nodes = [object()]
     other = MetricConfig(namespace="Mine", metric_name="nc", device_dimension="core")

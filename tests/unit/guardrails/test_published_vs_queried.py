@@ -44,7 +44,7 @@ from coreburst.common.telemetry import (
 )
 from coreburst.sandbox.emulator import fake_session, launch
 from guardrails.adapters.aws import Aws, inventory
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.rules.idle_reclaim import per_device_stats, utilization
 from infra.userdata import neuron_publisher_command, neuron_publisher_source, render_user_data
 

@@ -25,9 +25,10 @@ from moto import mock_aws
 
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
-from guardrails.config import RULE_NAMES, BudgetRelayConfig, parse_config
+from guardrails.configfile import RULE_NAMES, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
+from guardrails.rules.budget_relay import BudgetRelayConfig
 from guardrails.stores.sqlite import State
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -70,7 +70,7 @@ def test_a_reload_rebuilds_what_the_config_built(
     from coreburst.sandbox.clocks import FakeClock
     from coreburst.sandbox.emulator import WebhookReceiver, launch
     from guardrails.adapters.aws import Aws
-    from guardrails.config import parse_config
+    from guardrails.configfile import parse_config
     from guardrails.stores.sqlite import State
 
     for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):

@@ -48,8 +48,9 @@ from coreburst.common.telemetry import (
 )
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
-from guardrails.adapters.aws import Aws, SeriesCache, fetch_rollups, inventory
-from guardrails.config import parse_config
+from guardrails.adapters.aws import Aws, inventory
+from guardrails.adapters.cloudwatch import SeriesCache, fetch_rollups
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.idle import IdleParams, PeriodStat, assess_rollup
 from guardrails.rules.idle_reclaim import per_device_stats, utilization

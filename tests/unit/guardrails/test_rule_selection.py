@@ -28,7 +28,7 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import launch
 from guardrails.adapters.aws import Aws
 from guardrails.cli import app
-from guardrails.config import RULE_NAMES, parse_config
+from guardrails.configfile import RULE_NAMES, parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State

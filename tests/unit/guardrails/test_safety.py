@@ -22,7 +22,8 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import launch
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slack import Alert, Outbox
-from guardrails.config import SlackConfig, parse_config
+from guardrails.config import SlackConfig
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.base import StateStore
 

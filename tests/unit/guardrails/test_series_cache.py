@@ -10,9 +10,11 @@ from moto import mock_aws
 from coreburst.common.catalog import load_catalog
 from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.emulator import FleetNode, fake_session, launch, publish
-from guardrails.adapters.aws import Aws, SeriesCache, fetch_utilization, inventory
-from guardrails.config import AwsConfig, IdleConfig
+from guardrails.adapters.aws import Aws, inventory
+from guardrails.adapters.cloudwatch import SeriesCache, fetch_utilization
+from guardrails.config import AwsConfig
 from guardrails.idle import IdleParams, assess_utilization
+from guardrails.idle_config import IdleConfig
 
 DEFS = {k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()}
 

@@ -31,9 +31,11 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import FleetNode, WebhookReceiver, launch, publish
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slack import Alert, Outbox, clip, fit_lines
-from guardrails.config import BudgetRelayConfig, SlackConfig, parse_config
+from guardrails.config import SlackConfig
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.metrics import Metrics
+from guardrails.rules.budget_relay import BudgetRelayConfig
 from guardrails.stores.sqlite import State
 
 BLOCK_KIT = "https://api.slack.com/reference/block-kit/blocks"

@@ -23,7 +23,7 @@ from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import fake_session, launch
 from guardrails.adapters.aws import Aws
 from guardrails.cli import app
-from guardrails.config import parse_config
+from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
 
