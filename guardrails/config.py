@@ -62,6 +62,7 @@ from coreburst.common.catalog import load_catalog
 from coreburst.common.cloudwatch_cost import Cadence
 from coreburst.common.errors import one_line as _one_line
 from coreburst.common.errors import redact
+from coreburst.common.names import NODE_TAG_KEY, STACK_TAG_KEY
 from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRICS, AcceleratorKind
 from coreburst.common.textio import read_text
 
@@ -416,8 +417,8 @@ class BurstReconcileConfig(_Strict):
     enabled: bool = False
     # The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>).
     stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-    stack_tag_key: str = "coreburst-stack"
-    node_tag_key: str = "coreburst-slurm-node"
+    stack_tag_key: str = STACK_TAG_KEY
+    node_tag_key: str = NODE_TAG_KEY
     # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
     # At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh
     # instance (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming

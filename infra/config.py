@@ -36,6 +36,7 @@ from pydantic.alias_generators import to_camel
 
 from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.errors import one_line
+from coreburst.common.names import NODE_TAG_KEY
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
@@ -569,9 +570,7 @@ class BurstSection(_Model):
 
     node: BurstNode | None = None
     # Instance tag holding the Slurm node name (the resume program sets it).
-    node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = (
-        "coreburst-slurm-node"
-    )
+    node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = NODE_TAG_KEY
 
     @model_validator(mode="after")
     def _node(self) -> BurstSection:

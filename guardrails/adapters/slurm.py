@@ -28,6 +28,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from coreburst.common.names import SPEND_HOLD_PREFIX
+
 # A field starts at a word followed by '=' after whitespace; its value runs to the next one
 # (values such as Reason= and OS= contain spaces).
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(.*?)(?=\s+[A-Za-z_]+=|\s*$)")
@@ -129,10 +131,7 @@ class Scontrol:
 
 # -- the burst spend gate's holds ------------------------------------------------------------
 # coreburst/burst/power.py (the resume program) places them; the burst-reconcile rule lifts them.
-# Their
-# names carry the projected cost (Slurm 22.05 reservations have no comment field):
-# ``coreburst-spend-<ceil USD>usd-<epoch ms>-<pid>``.
-SPEND_HOLD_PREFIX = "coreburst-spend-"
+# Their names carry the projected cost (coreburst.common.names.SPEND_HOLD_PREFIX).
 _SPEND_HOLD = re.compile(rf"^ReservationName=({re.escape(SPEND_HOLD_PREFIX)}(?:(\d+)usd-)?\S*)")
 _RESV_NODES = re.compile(r"\bNodes=(\S+)")
 

@@ -61,6 +61,7 @@ from typing import Any
 
 from coreburst.common import admin_comment
 from coreburst.common.ec2errors import classify
+from coreburst.common.names import BACKOFF_PREFIX, PROTECT_PREFIX
 from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
 from guardrails.adapters.slurm import (
@@ -83,8 +84,6 @@ HELD_STATES = ("pending", "running", "stopping", "stopped")
 LIVE_STATES = ("pending", "running")
 ASG_TAG = "aws:autoscaling:groupName"  # added by Auto Scaling to every member instance
 ICE = "InsufficientInstanceCapacity"
-BACKOFF_PREFIX = "coreburst-backoff-"
-PROTECT_PREFIX = "coreburst-protect-"
 # The burst audit log's event for ``coreburst burst release-hold POOL``: failures of the pool
 # before it no longer count (the backoff and protected mode stay lifted until a new failure).
 OPERATOR_RELEASED = "operator.released"
