@@ -500,7 +500,7 @@ def explain(
     from guardrails.idle import ROLLUP_DEVICE, decide
     from guardrails.messages import owner
     from guardrails.rules.idle_reclaim import idle_params, per_device_stats, utilization
-    from guardrails.stores.sqlite import parse_iso
+    from guardrails.timefmt import parse_iso
 
     configure_logging("warning")
     if not instance_id.startswith("i-"):

@@ -31,7 +31,7 @@ from guardrails.budget_relay import BudgetNotice
 from guardrails.idle import Decision
 from guardrails.model import Node
 from guardrails.spend import gpu_h_text
-from guardrails.stores.sqlite import iso
+from guardrails.timefmt import iso
 
 VERBS = {
     "stop": "stopped",

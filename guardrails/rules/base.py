@@ -21,7 +21,7 @@ from guardrails.adapters.slurm import Scontrol, SlurmError, power_down_when_idle
 from guardrails.config import GuardrailsConfig
 from guardrails.idle import Decision, IdleParams
 from guardrails.model import Node
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 if TYPE_CHECKING:
     from guardrails.actuator import Actuator

@@ -44,7 +44,7 @@ from guardrails.adapters.slack import Alert
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode
 from guardrails.config import BurstHealthConfig
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 # EC2 API reference, DescribeInstanceStatus: "Constraints: Maximum 100 explicitly specified
 # instance IDs."

@@ -77,7 +77,7 @@ from guardrails.adapters.slurm import (
 from guardrails.config import BurstReconcileConfig
 from guardrails.ledger import SpendLedger
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso
+from guardrails.timefmt import iso
 
 # Instances that may still cost money or hold a node name; pending/running count as live.
 HELD_STATES = ("pending", "running", "stopping", "stopped")

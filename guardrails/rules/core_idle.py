@@ -49,7 +49,7 @@ from guardrails.adapters.slurm import SlurmError, SlurmJob, SlurmJobs
 from guardrails.config import CoreIdleConfig, CoreIdleThresholds, format_duration
 from guardrails.model import Series
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 JobKind = Literal["batch", "interactive", "short"]
 JobState = Literal["idle", "some-idle", "busy", "young", "blind", "exempt"]

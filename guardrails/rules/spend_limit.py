@@ -32,7 +32,7 @@ from guardrails.spend import (
     month_start,
     project,
 )
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 def _in_scope(tags: dict[str, str], key: str | None, value: str | None) -> bool:

@@ -52,7 +52,7 @@ from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, 
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
 from guardrails.config import SpotInterruptionConfig, format_duration
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 # EventBridge ``detail-type`` of the two events (Amazon EC2 User Guide, "Spot Instance
 # interruption notices" and "EC2 instance rebalance recommendations").
