@@ -26,7 +26,6 @@ are written ``45s``, ``30m``, ``1h30m``, ``2d`` or as a number of seconds.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import re
@@ -63,6 +62,7 @@ from coreburst.common.cloudwatch_cost import Cadence
 from coreburst.common.errors import one_line as _one_line
 from coreburst.common.errors import redact
 from coreburst.common.names import NODE_TAG_KEY, STACK_TAG_KEY
+from coreburst.common.regions import aws_region
 from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRICS, AcceleratorKind
 from coreburst.common.textio import read_text
 
@@ -703,33 +703,7 @@ def _known_rules(value: list[str] | None) -> list[str] | None:
     return sorted(set(value))
 
 
-@functools.cache
-def _region_patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    # The region-name contract is botocore's: each partition's ``regionRegex`` in its
-    # bundled partitions.json (endpoints.json in older releases). ASCII only, lower case:
-    # Python's \w and \d would otherwise admit any script's letters and digits.
-    import botocore.loaders
-
-    loader = botocore.loaders.Loader()
-    try:
-        parts = loader.load_data("partitions")["partitions"]
-        key = "id"
-    except Exception:  # a botocore without partitions.json
-        parts = loader.load_data("endpoints")["partitions"]
-        key = "partition"
-    return tuple((str(p[key]), re.compile(p["regionRegex"], re.ASCII)) for p in parts)
-
-
-def _aws_region(value: str) -> str:
-    if value != value.lower() or not any(rx.match(value) for _, rx in _region_patterns()):
-        raise ValueError(
-            f"{value!r} is not an AWS region name (e.g. us-east-1, eu-west-2, us-gov-west-1; "
-            "lower-case <area>-<direction>-<number> as in botocore's partitions)"
-        )
-    return value
-
-
-AwsRegion = Annotated[str, AfterValidator(_aws_region)]
+AwsRegion = Annotated[str, AfterValidator(aws_region)]
 
 
 def _is_scalar_list(annotation: Any) -> bool:
