@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from guardrails.adapters.budget_queue import BudgetNotice
 from guardrails.adapters.slack import (
     BLOCKS_MAX,
     ELLIPSIS,
@@ -27,7 +28,6 @@ from guardrails.adapters.slack import (
     Alert,
     clip,
 )
-from guardrails.budget_relay import BudgetNotice
 from guardrails.idle import Decision
 from guardrails.model import Node
 from guardrails.spend import gpu_h_text

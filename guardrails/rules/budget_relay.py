@@ -16,7 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from guardrails import messages
-from guardrails.budget_relay import receive
+from guardrails.adapters.budget_queue import receive
 from guardrails.config import BudgetRelayConfig
 from guardrails.rules.base import Rule, RuleContext
 
