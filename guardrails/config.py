@@ -62,9 +62,9 @@ from coreburst.common.cloudwatch_cost import Cadence
 from coreburst.common.errors import one_line as _one_line
 from coreburst.common.errors import redact
 from coreburst.common.names import NODE_TAG_KEY, STACK_TAG_KEY
-from coreburst.common.regions import aws_region
 from coreburst.common.telemetry import AGENT_FLUSH_INTERVAL_S, UTILIZATION_METRICS, AcceleratorKind
 from coreburst.common.textio import read_text
+from guardrails.regions import aws_region
 
 # -- secrets never reach a message ----------------------------------------------------------
 # The rules (secret-like keys, secret-looking values) live in coreburst.common.errors (redact,

@@ -35,7 +35,7 @@ from pydantic.alias_generators import to_camel
 from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.errors import one_line
 from coreburst.common.names import NODE_TAG_KEY
-from coreburst.common.regions import aws_region
+from guardrails.regions import aws_region
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)

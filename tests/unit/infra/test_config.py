@@ -295,7 +295,7 @@ def test_region_must_be_an_aws_region_name(dev_config: dict[str, Any], region: s
 def test_every_botocore_region_is_accepted() -> None:
     import botocore.loaders
 
-    from coreburst.common.regions import aws_region
+    from guardrails.regions import aws_region
 
     partitions = botocore.loaders.Loader().load_data("endpoints")["partitions"]
     regions = [r for p in partitions for r in p["regions"]]

@@ -1,7 +1,9 @@
-"""AWS region names, as the stack config (infra) and the daemon config (guardrails) both
-accept them: the whole name must match one partition's ``regionRegex`` in botocore's bundled
-data (the names the SDKs resolve), in lower case. ``re.fullmatch``, never ``re.match``: the
-patterns end in ``$``, which also matches before a trailing newline.
+"""AWS region names, as the daemon config (guardrails) and the stack config (infra, which sits
+above guardrails and installs its extra) both accept them: the whole name must match one
+partition's ``regionRegex`` in botocore's bundled data (the names the SDKs resolve), in lower
+case. ``re.fullmatch``, never ``re.match``: the patterns end in ``$``, which also matches
+before a trailing newline. Here rather than in coreburst.common because common's install
+carries no botocore.
 
     >>> aws_region("eu-west-2")
     'eu-west-2'
