@@ -58,6 +58,7 @@ from coreburst.burst.config import load_burst_stack  # noqa: E402
 from coreburst.burst.ec2io import client_config  # noqa: E402
 from coreburst.burst.hostlist import expand  # noqa: E402
 from coreburst.burst.power import FLEET_BATCH, Audit, Power, Scontrol  # noqa: E402
+from coreburst.common.names import STACK_TAG_KEY  # noqa: E402
 from coreburst.sandbox.ec2faults import Ec2Faults  # noqa: E402
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session  # noqa: E402
 from coreburst.sandbox.slurmlab import BurstLab, missing_prerequisite, start_burst_lab  # noqa: E402
@@ -192,7 +193,7 @@ def _templates(ec2: Any) -> None:
         TagSpecifications=[
             {
                 "ResourceType": "launch-template",
-                "Tags": [{"Key": "coreburst-stack", "Value": "bench"}],
+                "Tags": [{"Key": STACK_TAG_KEY, "Value": "bench"}],
             }
         ],
     )

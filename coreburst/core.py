@@ -347,12 +347,12 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
 
     Read from the config's state.path, or with --state-table from the Lambda's DynamoDB table.
     """
-    from guardrails.cli import _load, open_store
+    from guardrails.cli import load_checked, open_store
 
     span = _since(since)
     if plot is not None:
         _check_plot(plot)
-    cfg = _load(config)
+    cfg = load_checked(config)
     if state_table is None and not cfg.state.path.exists():
         raise _fail(
             f"no daemon state at {cfg.state.path}: run the guardrails daemon with core_idle "

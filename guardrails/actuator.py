@@ -33,7 +33,7 @@ from guardrails.clock import Clock
 from guardrails.config import GuardrailsConfig, kill_switch_engaged
 from guardrails.metrics import Metrics
 from guardrails.stores.base import StateStore
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 AlertFn = Callable[[Alert, timedelta | None], None]
 PauseFn = Callable[[str], None]

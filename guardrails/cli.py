@@ -103,7 +103,13 @@ def fail(msg: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(config: Path | None) -> GuardrailsConfig:
+def load_checked(config: Path | None) -> GuardrailsConfig:
+    """The daemon config for a command line (``coreburst core report`` uses it too): a bad
+    file ends the command with its one-line error, never a traceback.
+
+        >>> load_checked(Path("guardrails.yaml")).dry_run  # doctest: +SKIP
+        True
+    """
     from guardrails.config import ConfigError
     from guardrails.configfile import load_config
 
@@ -366,7 +372,7 @@ def check_config(
     path = path or config
     if path is None:
         raise fail("give the config file: check-config PATH (or --config PATH)")
-    cfg = _load(path)
+    cfg = load_checked(path)
     typer.echo(
         f"ok: {path}: regions {', '.join(cfg.regions)}; {len(cfg.spend.scopes)} spend scope(s); "
         f"rules {', '.join(cfg.rules) if cfg.rules is not None else 'all'}; {_mode(cfg)}"
@@ -384,7 +390,7 @@ def once(
     still ran), 2 for bad input (config, credentials)."""
 
     configure_logging(log_level)
-    cfg = _load(config)
+    cfg = load_checked(config)
     with _daemon(cfg) as d:
         report = _cycle(d)
         # soft_wrap: a line longer than the terminal (or any line when stdout is a pipe or
@@ -410,7 +416,7 @@ def run(
 
     configure_logging(log_level)
     log = structlog.get_logger("guardrails")
-    cfg = _load(config)
+    cfg = load_checked(config)
     stop = threading.Event()
     handler = stop_handler(stop, log)
     signal.signal(signal.SIGTERM, handler)
@@ -429,7 +435,7 @@ def status(config: ConfigOpt = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    cfg = _load(config)
+    cfg = load_checked(config)
     if not cfg.state.path.exists():
         if _blocker(cfg.state.path) is not None:
             raise fail(_path_problem("state.path", cfg.state.path, NotADirectoryError()))
@@ -501,12 +507,12 @@ def explain(
     from guardrails.idle import ROLLUP_DEVICE, decide
     from guardrails.messages import owner
     from guardrails.rules.idle_reclaim import idle_params, per_device_stats, utilization
-    from guardrails.stores.sqlite import parse_iso
+    from guardrails.timefmt import parse_iso
 
     configure_logging("warning")
     if not instance_id.startswith("i-"):
         raise fail(f"{instance_id!r} is not an instance id (i-...)")
-    cfg = _load(config)
+    cfg = load_checked(config)
     with _daemon(cfg) as d:
         try:
             nodes = [n for n in d.observe() if n.instance_id == instance_id]
@@ -584,7 +590,7 @@ def org_scan(
     from guardrails.adapters.aws import Aws
 
     configure_logging("warning")
-    cfg = _load(config)
+    cfg = load_checked(config)
     if cfg.org is None:
         raise fail("org is not set in the config: add org: {accounts: [...]} or {discover: true}")
     oc = cfg.org

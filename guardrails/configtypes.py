@@ -10,7 +10,6 @@ AWS region type, and ``ConfigError``, the one-line error a user sees.
 
 from __future__ import annotations
 
-import functools
 import math
 import re
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
 from coreburst.common.errors import redact
+from guardrails.regions import aws_region
 
 # -- secrets never reach a message ----------------------------------------------------------
 # The rules (secret-like keys, secret-looking values) live in coreburst.common.errors (redact,
@@ -118,30 +118,4 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@functools.cache
-def _region_patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
-    # The region-name contract is botocore's: each partition's ``regionRegex`` in its
-    # bundled partitions.json (endpoints.json in older releases). ASCII only, lower case:
-    # Python's \w and \d would otherwise admit any script's letters and digits.
-    import botocore.loaders
-
-    loader = botocore.loaders.Loader()
-    try:
-        parts = loader.load_data("partitions")["partitions"]
-        key = "id"
-    except Exception:  # a botocore without partitions.json
-        parts = loader.load_data("endpoints")["partitions"]
-        key = "partition"
-    return tuple((str(p[key]), re.compile(p["regionRegex"], re.ASCII)) for p in parts)
-
-
-def _aws_region(value: str) -> str:
-    if value != value.lower() or not any(rx.match(value) for _, rx in _region_patterns()):
-        raise ValueError(
-            f"{value!r} is not an AWS region name (e.g. us-east-1, eu-west-2, us-gov-west-1; "
-            "lower-case <area>-<direction>-<number> as in botocore's partitions)"
-        )
-    return value
-
-
-AwsRegion = Annotated[str, AfterValidator(_aws_region)]
+AwsRegion = Annotated[str, AfterValidator(aws_region)]

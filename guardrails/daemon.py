@@ -37,7 +37,7 @@ from guardrails.metrics import Metrics
 from guardrails.model import Node
 from guardrails.rules import REGISTRY, CycleReport, Prices, RuleContext, inventory
 from guardrails.stores.base import StateStore
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 __all__ = ["AwsUnreachableError", "CycleReport", "Daemon", "dead_local_holder", "leader_id"]
 

@@ -17,12 +17,10 @@ YAML). Validation happens before any resource is declared; a bad value raises
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import re
 from typing import Annotated, Any, Literal
 
-import botocore.loaders
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -36,6 +34,8 @@ from pydantic.alias_generators import to_camel
 
 from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.errors import one_line
+from coreburst.common.names import NODE_TAG_KEY
+from guardrails.regions import aws_region
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
@@ -99,22 +99,6 @@ def _vpc_cidr(value: str) -> str:
 
 Cidr = Annotated[str, AfterValidator(_cidr)]
 VpcCidr = Annotated[str, AfterValidator(_vpc_cidr)]
-
-
-@functools.cache
-def region_patterns() -> tuple[re.Pattern[str], ...]:
-    """Each AWS partition's ``regionRegex`` from botocore's ``endpoints.json`` (the region
-    names the SDKs resolve); ASCII-only, since AWS region names are."""
-    data = botocore.loaders.Loader().load_data("endpoints")
-    return tuple(re.compile(p["regionRegex"], re.ASCII) for p in data["partitions"])
-
-
-def _region(value: str) -> str:
-    if not any(p.fullmatch(value) for p in region_patterns()):
-        raise ValueError(
-            f"{value!r} is not an AWS region name (e.g. us-east-1, eu-west-2, us-gov-west-1)"
-        )
-    return value
 
 
 def _asn_private_or_public(value: int) -> int:
@@ -569,9 +553,7 @@ class BurstSection(_Model):
 
     node: BurstNode | None = None
     # Instance tag holding the Slurm node name (the resume program sets it).
-    node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = (
-        "coreburst-slurm-node"
-    )
+    node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = NODE_TAG_KEY
 
     @model_validator(mode="after")
     def _node(self) -> BurstSection:
@@ -584,7 +566,7 @@ class BurstSection(_Model):
 
 
 class StackConfig(_Model):
-    region: Annotated[str, AfterValidator(_region)]
+    region: Annotated[str, AfterValidator(aws_region)]
     availability_zone: str
     vpc: Vpc = Vpc()
     clusters: list[Cluster] = Field(min_length=1)

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_aws as aws
 
 from coreburst.common.catalog import load_catalog
+from coreburst.common.names import CLUSTER_TAG_KEY, STACK_TAG_KEY
 from infra.components.budget import Budget, BudgetArgs
 from infra.components.checkpoint_store import CheckpointStore
 from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs, declare_slurm_join
@@ -29,9 +30,6 @@ NAMESPACE = "coreburst"
 # The daemon and its dependencies for the Lambda runtime; main() builds it when missing or
 # stale (infra.lambda_package, also `make lambda-package`).
 LAMBDA_PACKAGE = DEFAULT_DEST
-# Applied to every resource: the budget filters on it, and the guardrails' IAM policy only
-# allows writes on resources that carry it.
-STACK_TAG_KEY = "coreburst-stack"
 
 
 def read_stack_config() -> dict[str, Any]:
@@ -110,7 +108,7 @@ def build(
                     checkpoint_bucket_arn=store.bucket.arn,
                     # Default tags don't reach instances an ASG launches: tag them explicitly,
                     # so guardrails see owners and costs land on the right team.
-                    instance_tags={**tags, "coreburst-cluster": c.name},
+                    instance_tags={**tags, CLUSTER_TAG_KEY: c.name},
                     lustre_dns=lustre.file_system.dns_name if lustre else None,
                     lustre_mount_name=lustre.file_system.mount_name if lustre else None,
                     lustre_efa=bool(cfg.lustre and cfg.lustre.efa_enabled),

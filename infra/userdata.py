@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
+from coreburst.common.names import NODE_TAG_KEY
 from coreburst.common.telemetry import (
     NEURON_FLUSH_INTERVAL_S,
     PUBLISH_INTERVAL_S,
@@ -212,7 +213,7 @@ class SlurmJoin:
     munge_key_secret_arn: str
     slurm_conf_parameter_arn: str
     conf_mode: Literal["configless", "file"] = "configless"
-    node_tag_key: str = "coreburst-slurm-node"
+    node_tag_key: str = NODE_TAG_KEY
     tag_wait_seconds: int = 600
     poll_seconds: float = 5
     install_packages: bool = True

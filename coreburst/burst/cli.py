@@ -247,11 +247,8 @@ def release_hold(
     import os
     import sqlite3
 
-    from coreburst.burst.reconcile import (
-        BACKOFF_PREFIX,
-        OPERATOR_RELEASED,
-        PROTECT_PREFIX,
-    )
+    from coreburst.burst.reconcile import OPERATOR_RELEASED
+    from coreburst.common.names import BACKOFF_PREFIX, PROTECT_PREFIX
 
     s = _stack(stack, stack_dir)
     pools = sorted({c.name for c in s.config.clusters})

@@ -23,6 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from coreburst.burst.hostlist import HostlistError, expand
 from coreburst.common.catalog import load_catalog
+from coreburst.common.names import NODE_TAG_KEY
 from coreburst.common.textio import read_text
 from infra.config import BurstNode, StackConfig, StackConfigError, parse_stack_config
 
@@ -198,7 +199,7 @@ class BurstSettings(_Model):
     log_file: Path = Path("/var/log/coreburst/burst-power.log")
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")
     # Instance tag holding the Slurm node name.
-    node_tag_key: str = "coreburst-slurm-node"
+    node_tag_key: str = NODE_TAG_KEY
     # Which resume run owns which node (coreburst/burst/claims.py; SQLite, on the controller).
     # Default:
     # burst-claims.sqlite beside auditLog.

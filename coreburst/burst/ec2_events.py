@@ -44,7 +44,7 @@ from guardrails.adapters.slack import Alert
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode
 from guardrails.configtypes import Between, StrictModel
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 # -- params: the ``burst_health`` section -----------------------------------------------------

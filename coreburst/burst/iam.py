@@ -43,7 +43,7 @@ import re
 from typing import Any
 
 from coreburst.burst.config import BurstStack
-from coreburst.burst.power import CLUSTER_TAG_KEY, LAUNCH_TAG_KEY, OWNER_TAG_KEYS, STACK_TAG_KEY
+from coreburst.common.names import CLUSTER_TAG_KEY, LAUNCH_TAG_KEY, OWNER_TAG_KEYS, STACK_TAG_KEY
 
 # What coreburst/burst/power.py describes (tests/unit/burst/test_iam_policy.py reads its calls from
 # the

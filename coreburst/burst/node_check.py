@@ -62,7 +62,6 @@ import json
 import logging
 import re
 import shlex
-import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -70,7 +69,9 @@ from pathlib import Path
 from typing import Protocol
 
 from coreburst.burst import admin_comment
+from coreburst.common import slurmcmd
 from coreburst.common.catalog import CatalogError, load_catalog
+from coreburst.common.slurmcmd import SlurmTools
 from coreburst.onprem.parsers import (
     NVIDIA_SMI_FIELDS,
     DiagTest,
@@ -102,6 +103,9 @@ class ProbeFailedError(Exception):
     """A probe gave no usable answer; the message is the one reason line."""
 
 
+NOT_INSTALLED = "is it installed on the image?"
+
+
 @dataclass(frozen=True)
 class Output:
     rc: int
@@ -118,14 +122,10 @@ class Runner(Protocol):
 def run_subprocess(name: str, argv: Sequence[str], timeout_s: float) -> Output:
     """The real tool; missing, timed out or not executable is :class:`ProbeFailedError`."""
     try:
-        proc = subprocess.run(list(argv), capture_output=True, timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        raise ProbeFailedError(f"{argv[0]} not found (is it installed on the image?)") from None
-    except subprocess.TimeoutExpired:
-        raise ProbeFailedError(f"{argv[0]} timed out after {timeout_s:g}s") from None
-    except OSError as exc:
-        raise ProbeFailedError(f"{argv[0]}: {exc.strerror}") from None
-    return Output(proc.returncode, proc.stdout, proc.stderr)
+        done = slurmcmd.call(argv[0], *argv[1:], timeout_s=timeout_s, hint=NOT_INSTALLED)
+    except slurmcmd.SlurmError as exc:
+        raise ProbeFailedError(str(exc)) from None
+    return Output(done.returncode, done.stdout, done.stderr)
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ class Replay:
     def __call__(self, name: str, argv: Sequence[str], timeout_s: float) -> Output:
         out = self.root / f"{name}.out"
         if not out.is_file():
-            raise ProbeFailedError(f"{argv[0]} not found (is it installed on the image?)")
+            raise ProbeFailedError(f"{argv[0]} not found: {NOT_INSTALLED}")
         rc_file = self.root / f"{name}.rc"
         try:
             rc = int(rc_file.read_text().strip()) if rc_file.is_file() else 0
@@ -378,23 +378,6 @@ class Slurm(Protocol):
     def squeue(self, *args: str) -> str: ...
 
 
-@dataclass
-class SlurmTools:
-    """The real ``scontrol``/``squeue`` (PATH, SLURM_CONF); failures are one line each."""
-
-    timeout_s: float = 30.0
-
-    def scontrol(self, *args: str) -> str:
-        from guardrails.adapters.slurm import run_tool
-
-        return run_tool("scontrol", *args, bin_dir=None, conf=None, timeout_s=self.timeout_s)
-
-    def squeue(self, *args: str) -> str:
-        from guardrails.adapters.slurm import run_tool
-
-        return run_tool("squeue", *args, bin_dir=None, conf=None, timeout_s=self.timeout_s)
-
-
 def fail_node(
     node: str,
     reason: str,
@@ -415,7 +398,7 @@ def fail_node(
     def step(*args: str, tool: str = "scontrol") -> str:
         try:
             return slurm.scontrol(*args) if tool == "scontrol" else slurm.squeue(*args)
-        except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
+        except RuntimeError as exc:  # coreburst.common.slurmcmd.SlurmError: one line
             errors.append(str(exc))
             log.error("node-check %s: %s", node, exc)
             return ""

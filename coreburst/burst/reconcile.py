@@ -64,6 +64,7 @@ from pydantic import Field, model_validator
 from coreburst.burst import admin_comment
 from coreburst.burst.commitments import SpendLedger
 from coreburst.burst.ec2errors import classify
+from coreburst.common.names import BACKOFF_PREFIX, NODE_TAG_KEY, PROTECT_PREFIX, STACK_TAG_KEY
 from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
 from guardrails.adapters.slurm import (
@@ -78,7 +79,7 @@ from guardrails.adapters.slurm import (
 )
 from guardrails.configtypes import Between, StrictModel
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso
+from guardrails.timefmt import iso
 
 
 # -- params: the ``burst_reconcile`` section --------------------------------------------------
@@ -89,8 +90,8 @@ class BurstReconcileConfig(StrictModel):
     enabled: bool = False
     # The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>).
     stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
-    stack_tag_key: str = "coreburst-stack"
-    node_tag_key: str = "coreburst-slurm-node"
+    stack_tag_key: str = STACK_TAG_KEY
+    node_tag_key: str = NODE_TAG_KEY
     # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
     # At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh
     # instance (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming
@@ -152,8 +153,6 @@ HELD_STATES = ("pending", "running", "stopping", "stopped")
 LIVE_STATES = ("pending", "running")
 ASG_TAG = "aws:autoscaling:groupName"  # added by Auto Scaling to every member instance
 ICE = "InsufficientInstanceCapacity"
-BACKOFF_PREFIX = "coreburst-backoff-"
-PROTECT_PREFIX = "coreburst-protect-"
 # The burst audit log's event for ``coreburst burst release-hold POOL``: failures of the pool
 # before it no longer count (the backoff and protected mode stay lifted until a new failure).
 OPERATOR_RELEASED = "operator.released"

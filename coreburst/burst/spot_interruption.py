@@ -53,7 +53,7 @@ from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, 
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
 from guardrails.configtypes import Between, StrictModel, format_duration
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 # -- params: the ``spot_interruption`` section ------------------------------------------------

@@ -34,13 +34,20 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
 from typing import Any
 
 from coreburst.burst.hostlist import HostlistError, expand
+from coreburst.common.slurmcmd import Runner, SlurmError, call
+
+# How to get a sacct that can answer.
+SACCT_HINT = (
+    "install slurm-client (Debian) on this machine, with a slurm.conf whose "
+    "AccountingStorageType is accounting_storage/slurmdbd"
+)
 
 
 class AccountingError(ValueError):
@@ -130,7 +137,7 @@ def _nodes(hostlist: str, job: str) -> tuple[str, ...]:
         raise AccountingError(f"job {job}: node list {text!r} unreadable ({exc})") from None
 
 
-def _gpus_from_tres(items: Sequence[tuple[str, int]]) -> int:
+def gpu_count(items: Sequence[tuple[str, int]]) -> int:
     """``gres/gpu`` from (name, count) pairs; without the untyped count, the typed ones
     (``gres/gpu:h100``) summed. A job with no GPU TRES has 0."""
     untyped = [c for name, c in items if name == "gres/gpu"]
@@ -139,7 +146,7 @@ def _gpus_from_tres(items: Sequence[tuple[str, int]]) -> int:
     return sum(c for name, c in items if name.startswith("gres/gpu:"))
 
 
-def _decode(raw: bytes | str, what: str) -> str:
+def decode_output(raw: bytes | str, what: str) -> str:
     if isinstance(raw, str):
         return raw
     try:
@@ -155,7 +162,7 @@ def parse_sacct_json(raw: bytes | str, now: int) -> list[JobRecord]:
     """Job records from ``sacct --json`` (22.05's dbv0.0.38 layout or the data_parser
     layouts of 23.02 on); raises :class:`AccountingError` naming what is wrong."""
     try:
-        doc = json.loads(_decode(raw, "sacct --json"))
+        doc = json.loads(decode_output(raw, "sacct --json"))
     except json.JSONDecodeError as exc:
         raise AccountingError(f"sacct --json: not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, dict):
@@ -202,7 +209,7 @@ def parse_sacct_json(raw: bytes | str, now: int) -> list[JobRecord]:
                 partition=_text(j.get("partition")),
                 cluster=_text(j.get("cluster")),
                 nodes=nodes,
-                gpus=_gpus_from_tres(pairs),
+                gpus=gpu_count(pairs),
                 start=stop - elapsed,
                 end=None if running else end,
                 state=state,
@@ -215,7 +222,7 @@ def parse_sacct_parsable(raw: bytes | str, now: int) -> list[JobRecord]:
     """Job records from ``sacct --parsable2 --noheader --format=`` :data:`PARSABLE_FIELDS`
     run with ``SLURM_TIME_FORMAT=%s``."""
     out = []
-    for n, line in enumerate(_decode(raw, "sacct --parsable2").splitlines(), 1):
+    for n, line in enumerate(decode_output(raw, "sacct --parsable2").splitlines(), 1):
         if not line.strip():
             continue
         cols = line.split("|")
@@ -253,7 +260,7 @@ def parse_sacct_parsable(raw: bytes | str, now: int) -> list[JobRecord]:
                 partition=partition,
                 cluster=cluster,
                 nodes=_nodes(nodelist, job),
-                gpus=_gpus_from_tres(pairs),
+                gpus=gpu_count(pairs),
                 start=stop - elapsed,
                 end=None if running else end,
                 state=st.split(" ")[0],
@@ -262,7 +269,7 @@ def parse_sacct_parsable(raw: bytes | str, now: int) -> list[JobRecord]:
     return out
 
 
-def _when(epoch: int) -> str:
+def slurm_time(epoch: int) -> str:
     return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
@@ -274,15 +281,12 @@ def sacct_args(since: int, until: int, layout: str) -> list[str]:
         "--allusers",
         "--duplicates",
         "--allocations",
-        f"--starttime={_when(since)}",
-        f"--endtime={_when(until)}",
+        f"--starttime={slurm_time(since)}",
+        f"--endtime={slurm_time(until)}",
     ]
     if layout == "json":
         return [*base, "--json"]
     return [*base, "--parsable2", "--noheader", f"--format={','.join(PARSABLE_FIELDS)}"]
-
-
-Runner = Callable[..., subprocess.CompletedProcess[bytes]]
 
 
 def read_jobs(
@@ -306,22 +310,16 @@ def read_jobs(
         if layout == "parsable2":
             run_env["SLURM_TIME_FORMAT"] = "%s"
         try:
-            done = run(cmd, capture_output=True, env=run_env, timeout=timeout_s, check=False)
-        except FileNotFoundError:
-            raise AccountingError(
-                "sacct not found: install slurm-client (Debian) on this machine, with a "
-                "slurm.conf whose AccountingStorageType is accounting_storage/slurmdbd"
-            ) from None
-        except subprocess.TimeoutExpired:
-            raise AccountingError(
-                f"sacct did not answer within {timeout_s:.0f} s: is slurmdbd up?"
-            ) from None
+            done = call(
+                *cmd, env=run_env, timeout_s=timeout_s, run=run, hint=SACCT_HINT,
+                timeout_hint="is slurmdbd up?",
+            )  # fmt: skip
+        except SlurmError as exc:
+            raise AccountingError(str(exc)) from None
         if done.returncode == 0:
             parse = parse_sacct_json if layout == "json" else parse_sacct_parsable
             return parse(done.stdout, now), f"sacct --{layout}"
-        lines = [ln.strip() for ln in done.stderr.decode("utf-8", "replace").splitlines()]
-        last = [ln for ln in lines if ln][-1:]  # sacct ends with its fatal or its last error
-        errors.append(" ".join(last[0].split())[:300] if last else f"exit {done.returncode}")
+        errors.append(done.said or f"exit {done.returncode}")
     said = errors[0] if errors[0] == errors[1] else f"--json: {errors[0]}; --parsable2: {errors[1]}"
     raise AccountingError(
         f"sacct failed ({said}); check SLURM_CONF names a slurm.conf whose "

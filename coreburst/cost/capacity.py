@@ -34,7 +34,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from coreburst.cost.accounting import AccountingError, Runner, _decode, _gpus_from_tres, _when
+from coreburst.common.slurmcmd import Runner, SlurmError, call
+from coreburst.cost.accounting import (
+    AccountingError,
+    decode_output,
+    gpu_count,
+    slurm_time,
+)
 
 # sacctmgr(1) "list event" fields, in this order; Reason last: it is free text and may hold
 # the delimiter.
@@ -64,13 +70,13 @@ class Events:
 
 def gpus_from_tres(tres: str) -> int | None:
     """``gres/gpu`` of a TRES string (``cpu=2,mem=1000M,gres/gpu=8``), by the same rule as a
-    job's TRES (:func:`coreburst.cost.accounting._gpus_from_tres`); None if not listed."""
+    job's TRES (:func:`coreburst.cost.accounting.gpu_count`); None if not listed."""
     pairs = [
         (name, int(count))
         for name, _, count in (part.partition("=") for part in tres.split(","))
         if (name == "gres/gpu" or name.startswith("gres/gpu:")) and count.isdigit()
     ]
-    return _gpus_from_tres(pairs) if pairs else None
+    return gpu_count(pairs) if pairs else None
 
 
 def gpus_from_gres(gres: str) -> int | None:
@@ -107,7 +113,7 @@ def _node_gpus(name: str, tres: str, gres: str) -> tuple[int | None, str]:
 def parse_scontrol_nodes(raw: bytes | str) -> tuple[dict[str, int | None], dict[str, str]]:
     """``node -> GPUs`` (None: unreadable) and ``node -> why`` from ``scontrol -o show node``.
     Raises :class:`AccountingError` when the output is not that."""
-    text = _decode(raw, "scontrol show node")
+    text = decode_output(raw, "scontrol show node")
     nodes: dict[str, int | None] = {}
     why: dict[str, str] = {}
     for n, line in enumerate(text.splitlines(), 1):
@@ -132,7 +138,7 @@ def parse_scontrol_nodes(raw: bytes | str) -> tuple[dict[str, int | None], dict[
 def parse_scontrol_json(raw: bytes | str) -> tuple[dict[str, int | None], dict[str, str]]:
     """As :func:`parse_scontrol_nodes`, from ``scontrol --json show node`` (23.02 on)."""
     try:
-        doc = json.loads(_decode(raw, "scontrol --json show node"))
+        doc = json.loads(decode_output(raw, "scontrol --json show node"))
     except json.JSONDecodeError as exc:
         raise AccountingError(
             f"scontrol --json show node: not JSON ({exc.msg} at line {exc.lineno})"
@@ -169,7 +175,7 @@ def parse_events(raw: bytes | str, until: int) -> Events:
     event format=`` :data:`EVENT_FIELDS` run with ``SLURM_TIME_FORMAT=%s``. An event still
     open (``Unknown`` end) runs to ``until``."""
     out = Events()
-    for n, line in enumerate(_decode(raw, "sacctmgr list event").splitlines(), 1):
+    for n, line in enumerate(decode_output(raw, "sacctmgr list event").splitlines(), 1):
         if not line.strip():
             continue
         cols = line.split("|")
@@ -198,7 +204,8 @@ def events_args(since: int, until: int) -> list[str]:
     """sacctmgr's node and cluster events overlapping [since, until] (UTC)."""
     return [
         "sacctmgr", "--parsable2", "--noheader", "list", "event",
-        f"start={_when(since)}", f"end={_when(until)}", f"format={','.join(EVENT_FIELDS)}",
+        f"start={slurm_time(since)}", f"end={slurm_time(until)}",
+        f"format={','.join(EVENT_FIELDS)}",
     ]  # fmt: skip
 
 
@@ -206,22 +213,12 @@ class CapacityUnavailableError(RuntimeError):
     """scontrol or sacctmgr could not be run or refused: idle core GPU-hours are unknown."""
 
 
-def _run(run: Runner, cmd: list[str], env: Mapping[str, str], timeout_s: float) -> bytes | str:
+def _run(run: Runner, cmd: list[str], env: Mapping[str, str], timeout_s: float) -> bytes:
     """stdout of ``cmd``; :class:`CapacityUnavailableError` (one line) when it cannot answer."""
     try:
-        done = run(cmd, capture_output=True, env=dict(env), timeout=timeout_s, check=False)
-    except FileNotFoundError:
-        raise CapacityUnavailableError(f"{cmd[0]} not found (install slurm-client)") from None
-    except subprocess.TimeoutExpired:
-        raise CapacityUnavailableError(
-            f"{cmd[0]} did not answer within {timeout_s:.0f} s"
-        ) from None
-    if done.returncode != 0:
-        err = done.stderr.decode("utf-8", "replace") if isinstance(done.stderr, bytes) else ""
-        last = [ln.strip() for ln in err.splitlines() if ln.strip()][-1:]
-        said = " ".join(last[0].split())[:200] if last else f"exit {done.returncode}"
-        raise CapacityUnavailableError(f"{' '.join(cmd[:4])} failed ({said})")
-    return done.stdout
+        return call(*cmd, env=env, timeout_s=timeout_s, run=run).check().stdout
+    except SlurmError as exc:
+        raise CapacityUnavailableError(str(exc)) from None
 
 
 def read_core_capacity(

@@ -28,6 +28,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
+from coreburst.common.names import NODE_TAG_KEY
 from coreburst.sandbox.slurmlab import (
     BINARIES,
     CLOUD_NODES,
@@ -100,7 +101,7 @@ class Watch:
                 for res in desc["Reservations"]:
                     for inst in res["Instances"]:
                         tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-                        node = tags.get("coreburst-slurm-node", "?")
+                        node = tags.get(NODE_TAG_KEY, "?")
                         self.launched[node] = inst["InstanceId"]
                         market = inst.get("InstanceLifecycle", "on-demand")
                         self.say(
@@ -147,13 +148,13 @@ class Watch:
 
     def _instances(self) -> None:
         resp = self.lab.ec2.describe_instances(
-            Filters=[{"Name": "tag-key", "Values": ["coreburst-slurm-node"]}]
+            Filters=[{"Name": "tag-key", "Values": [NODE_TAG_KEY]}]
         )
         for res in resp["Reservations"]:
             for inst in res["Instances"]:
                 iid, state = inst["InstanceId"], inst["State"]["Name"]
                 tags = {t["Key"]: t["Value"] for t in inst.get("Tags", [])}
-                node = tags["coreburst-slurm-node"]
+                node = tags[NODE_TAG_KEY]
                 if iid in self.instances and self.instances[iid][1] != state:
                     self.say(f"{iid} ({node}): {state}")
                 self.instances[iid] = (node, state)

@@ -41,6 +41,7 @@ from urllib.parse import parse_qs, urlencode
 
 import psutil  # type: ignore[import-untyped]
 
+from coreburst.common.names import NODE_TAG_KEY, PRIVATE_SUBNET_TAG, STACK_TAG_KEY
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session, free_ports
 
 # The repository (sandbox/ is installed editable from it): the power programs run its
@@ -698,7 +699,7 @@ class BootWatcher:
         self,
         lab: SlurmLab,
         ec2: Any,
-        node_tag: str = "coreburst-slurm-node",
+        node_tag: str = NODE_TAG_KEY,
         boot_delay: float = 2.5,
         every: float = 0.5,
     ) -> None:
@@ -791,8 +792,8 @@ def lab_subnets(ec2: Any, stack: str = "lab") -> dict[str, str]:
         ec2.create_tags(
             Resources=[sn["SubnetId"]],
             Tags=[
-                {"Key": "coreburst-stack", "Value": stack},
-                {"Key": "coreburst-subnet", "Value": "private"},
+                {"Key": STACK_TAG_KEY, "Value": stack},
+                {"Key": PRIVATE_SUBNET_TAG, "Value": "private"},
             ],
         )
         out[sn["SubnetId"]] = zone
@@ -809,7 +810,7 @@ def launch_templates(ec2: Any, stack: str = "lab") -> None:
             TagSpecifications=[
                 {
                     "ResourceType": "launch-template",
-                    "Tags": [{"Key": "coreburst-stack", "Value": stack}],
+                    "Tags": [{"Key": STACK_TAG_KEY, "Value": stack}],
                 }
             ],
         )
@@ -851,7 +852,7 @@ class BurstLab:
     def instances(self, node: str, states: tuple[str, ...] = ("pending", "running")) -> list[str]:
         resp = self.ec2.describe_instances(
             Filters=[
-                {"Name": "tag:coreburst-slurm-node", "Values": [node]},
+                {"Name": f"tag:{NODE_TAG_KEY}", "Values": [node]},
                 {"Name": "instance-state-name", "Values": list(states)},
             ]
         )

@@ -3,8 +3,9 @@
 It reads ``scontrol -o show nodes`` (one line per node, ``Key=Value`` fields; scontrol(1),
 "-o, --oneliner") and sets nodes' states with ``scontrol update nodename=... state=...``
 (scontrol(1), "NODES - SPECIFICATIONS FOR UPDATE COMMAND": ``State=POWER_DOWN_FORCE``,
-``State=POWER_DOWN_ASAP``, ``State=DOWN Reason=...``). Every call has a timeout; any failure
-is one ``SlurmError`` line.
+``State=POWER_DOWN_ASAP``, ``State=DOWN Reason=...``). The commands run through
+:mod:`coreburst.common.slurmcmd`: every call has a timeout; any failure is one ``SlurmError``
+line.
 
 Node states as scontrol prints them: a base state (IDLE, ALLOCATED, MIXED, DOWN, ...) joined
 with ``+`` to flags (CLOUD, POWERED_DOWN, POWERING_UP, POWERING_DOWN, POWER_DOWN, DRAIN,
@@ -20,23 +21,20 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import subprocess
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+
+from coreburst.common.names import SPEND_HOLD_PREFIX
+from coreburst.common.slurmcmd import SlurmError, SlurmTools
 
 # A field starts at a word followed by '=' after whitespace; its value runs to the next one
 # (values such as Reason= and OS= contain spaces).
 _FIELD = re.compile(r"(?:^|\s)([A-Za-z_]+)=(.*?)(?=\s+[A-Za-z_]+=|\s*$)")
 BUSY = frozenset({"ALLOCATED", "MIXED", "COMPLETING"})
 POWERED_DOWN = frozenset({"POWERED_DOWN", "POWERING_DOWN", "POWER_DOWN"})
-
-
-class SlurmError(RuntimeError):
-    """scontrol missing, timed out or failed; the message is one line."""
 
 
 @dataclass(frozen=True)
@@ -84,18 +82,15 @@ def parse_nodes(text: str) -> dict[str, SlurmNode]:
     return out
 
 
-@dataclass
-class Scontrol:
-    """``scontrol`` from ``bin_dir`` (or PATH), reading ``conf`` (or SLURM_CONF)."""
+class Scontrol(SlurmTools):
+    """``scontrol`` from ``bin_dir`` (or PATH), reading ``conf`` (or SLURM_CONF), and the node
+    and reservation verbs the daemon's rules use.
 
-    bin_dir: Path | None = None
-    conf: Path | None = None
-    timeout_s: float = 30.0
+        >>> Scontrol(conf=Path("/etc/slurm/slurm.conf"), timeout_s=10).nodes()  # doctest: +SKIP
+    """
 
     def run(self, *args: str) -> str:
-        return run_tool(
-            "scontrol", *args, bin_dir=self.bin_dir, conf=self.conf, timeout_s=self.timeout_s
-        )
+        return self.scontrol(*args)
 
     def nodes(self) -> dict[str, SlurmNode]:
         return parse_nodes(self.run("-o", "show", "nodes"))
@@ -129,10 +124,7 @@ class Scontrol:
 
 # -- the burst spend gate's holds ------------------------------------------------------------
 # coreburst/burst/power.py (the resume program) places them; the burst-reconcile rule lifts them.
-# Their
-# names carry the projected cost (Slurm 22.05 reservations have no comment field):
-# ``coreburst-spend-<ceil USD>usd-<epoch ms>-<pid>``.
-SPEND_HOLD_PREFIX = "coreburst-spend-"
+# Their names carry the projected cost (coreburst.common.names.SPEND_HOLD_PREFIX).
 _SPEND_HOLD = re.compile(rf"^ReservationName=({re.escape(SPEND_HOLD_PREFIX)}(?:(\d+)usd-)?\S*)")
 _RESV_NODES = re.compile(r"\bNodes=(\S+)")
 
@@ -372,53 +364,21 @@ def run_tool(
     tool: str, *args: str, bin_dir: Path | None, conf: Path | None, timeout_s: float
 ) -> str:
     """Run a Slurm client (``squeue``, ``scontrol``, ``scancel``); any failure is one
-    ``SlurmError`` line."""
-    exe = str(bin_dir / tool) if bin_dir else tool
-    env = dict(os.environ)
-    if conf is not None:
-        env["SLURM_CONF"] = str(conf)
-    try:
-        proc = subprocess.run(
-            [exe, *args], check=False, capture_output=True, timeout=timeout_s, env=env
-        )
-    except FileNotFoundError:
-        raise SlurmError(f"{exe} not found: install slurm-client or set slurm_bin_dir") from None
-    except subprocess.TimeoutExpired:
-        raise SlurmError(f"{tool} {' '.join(args[:3])} timed out after {timeout_s:g}s") from None
-    except OSError as exc:
-        raise SlurmError(f"{exe}: {exc.strerror}") from None
-    if proc.returncode != 0:
-        err = " ".join(proc.stderr.decode("utf-8", "replace").split())[:300]
-        raise SlurmError(f"{tool} {' '.join(args[:3])} failed ({proc.returncode}): {err}")
-    try:
-        return str(proc.stdout.decode("utf-8"))
-    except UnicodeDecodeError as exc:
-        # A job name or comment may hold any bytes; read nothing rather than guess.
-        raise SlurmError(
-            f"{tool} {' '.join(args[:3])} printed bytes that are not UTF-8 (at byte "
-            f"{exc.start}); nothing was read from it"
-        ) from None
+    ``SlurmError`` line (:class:`coreburst.common.slurmcmd.SlurmTools`)."""
+    return SlurmTools(bin_dir, conf, timeout_s).tool(tool, *args)
 
 
-@dataclass
-class SlurmJobs:
+class SlurmJobs(SlurmTools):
     """Running jobs, and requeue / cancel (scontrol(1) "requeue", scancel(1))."""
 
-    bin_dir: Path | None = None
-    conf: Path | None = None
-    timeout_s: float = 30.0
-
-    def _run(self, tool: str, *args: str) -> str:
-        return run_tool(tool, *args, bin_dir=self.bin_dir, conf=self.conf, timeout_s=self.timeout_s)
-
     def running(self) -> list[SlurmJob]:
-        return parse_jobs(self._run("squeue", "--json", "--states=RUNNING"))
+        return parse_jobs(self.squeue("--json", "--states=RUNNING"))
 
     def requeue(self, job_id: str) -> str:
         """Back to pending (the job must be requeueable; batch jobs are by default)."""
-        self._run("scontrol", "requeue", job_id)
+        self.scontrol("requeue", job_id)
         return f"scontrol requeue {job_id}"
 
     def cancel(self, job_id: str) -> str:
-        self._run("scancel", job_id)
+        self.tool("scancel", job_id)
         return f"scancel {job_id}"

@@ -18,7 +18,7 @@ from guardrails.adapters.slack import (
     clip,
 )
 from guardrails.messages.common import jobs_text
-from guardrails.stores.sqlite import iso
+from guardrails.timefmt import iso
 
 # -- core-idle (Slurm jobs on the on-prem core) -----------------------------------------------
 # A Slack member id (https://api.slack.com/reference/surfaces/formatting#mentioning-users):

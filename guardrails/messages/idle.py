@@ -16,7 +16,7 @@ from guardrails.adapters.slack import (
 from guardrails.idle import Decision
 from guardrails.messages.common import price_text, verb
 from guardrails.model import Node
-from guardrails.stores.sqlite import iso
+from guardrails.timefmt import iso
 
 
 # -- idle-reclaim ----------------------------------------------------------------------------

@@ -7,14 +7,14 @@ from collections.abc import Mapping, Sequence
 from datetime import date, datetime, timedelta
 from typing import Any
 
+from guardrails.adapters.budget_queue import BudgetNotice
 from guardrails.adapters.slack import (
     PRIORITY_URGENT,
     Alert,
     clip,
 )
-from guardrails.budget_relay import BudgetNotice
 from guardrails.spend import gpu_h_text
-from guardrails.stores.sqlite import iso
+from guardrails.timefmt import iso
 
 
 # -- spend-limit -----------------------------------------------------------------------------

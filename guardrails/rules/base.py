@@ -22,7 +22,7 @@ from guardrails.config import GuardrailsConfig
 from guardrails.idle import Decision, IdleParams
 from guardrails.idle_config import IdleConfig, ReclaimConfig
 from guardrails.model import Node
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 if TYPE_CHECKING:
     from guardrails.actuator import Actuator

@@ -18,7 +18,7 @@ from datetime import timedelta
 from pydantic import Field
 
 from guardrails import messages
-from guardrails.budget_relay import receive
+from guardrails.adapters.budget_queue import receive
 from guardrails.configtypes import StrictModel
 from guardrails.rules.base import Rule, RuleContext
 

@@ -52,7 +52,7 @@ from guardrails.adapters.slurm import SlurmError, SlurmJob, SlurmJobs
 from guardrails.configtypes import Between, StrictModel, format_duration
 from guardrails.model import Series
 from guardrails.rules.base import Rule, RuleContext
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 # -- params: the ``core_idle`` section --------------------------------------------------------

@@ -24,7 +24,7 @@ from guardrails.configtypes import Between, StrictModel, format_duration
 from guardrails.egress import EgressRead, project_egress, read_span, spike, window_reads
 from guardrails.rules.base import Rule, RuleContext, cost_explorer_cached
 from guardrails.spend import day_start, month_start
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 # -- params: the ``egress`` section -----------------------------------------------------------

@@ -33,7 +33,7 @@ from guardrails.idle import (
 from guardrails.idle_config import IdleConfig, ReclaimConfig
 from guardrails.model import DeviceSeries, Node
 from guardrails.rules.base import Rule, RuleContext, idle_params, reclaim_slurm_node
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 def expected_series(node: Node, cfg: GuardrailsConfig, catalog: Catalog | None = None) -> int | str:

@@ -35,7 +35,7 @@ from guardrails.spend import (
     month_start,
     project,
 )
-from guardrails.stores.sqlite import iso, parse_iso
+from guardrails.timefmt import iso, parse_iso
 
 
 # -- params: the ``spend`` section ------------------------------------------------------------

@@ -12,9 +12,11 @@ import json
 import os
 import sqlite3
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from guardrails.timefmt import iso, parse_iso
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS marks (
@@ -44,14 +46,6 @@ CREATE TABLE IF NOT EXISTS core_usage (
   partition TEXT NOT NULL, start TEXT NOT NULL, last_seen TEXT NOT NULL, gpus INTEGER NOT NULL,
   allocated_gpu_h REAL NOT NULL, used_gpu_h REAL, state TEXT NOT NULL);
 """
-
-
-def iso(dt: datetime) -> str:
-    return dt.astimezone(UTC).isoformat()
-
-
-def parse_iso(s: str) -> datetime:
-    return datetime.fromisoformat(s)
 
 
 class State:

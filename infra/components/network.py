@@ -8,14 +8,13 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_aws as aws
 
+from coreburst.common.names import PRIVATE_SUBNET_TAG
 from infra.components import TOKEN_PREFIX
 from infra.config import Vpc
 from infra.cost import INTERFACE_ENDPOINT_SERVICES
 
 # Lustre's LNet ports: 988 plus 1018-1023. Templates that open only 988 or only 1021-1023 break
 # clients under load.
-# On every private subnet: the burst resume program looks a zone's subnet up by it.
-PRIVATE_SUBNET_TAG = "coreburst-subnet"
 LUSTRE_PORTS: tuple[tuple[int, int], ...] = ((988, 988), (1018, 1023))
 
 

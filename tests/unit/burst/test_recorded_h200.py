@@ -115,7 +115,7 @@ def test_exit_127_is_a_tool_that_is_not_installed(tmp_path: Path) -> None:
     # bash 5.1+ says "bash: line 1: fi_info: ...", as recorded; older bash leaves out "line 1: "
     assert got.err.endswith(b"fi_info: command not found\n")
     assert (REC / "fi_info.err").read_bytes() == b"bash: line 1: fi_info: command not found\n"
-    with pytest.raises(node_check.ProbeFailedError, match=r"^fi_info not found \(is it installed"):
+    with pytest.raises(node_check.ProbeFailedError, match=r"^fi_info not found: is it installed"):
         node_check.run_subprocess("fi_info", ["fi_info", "-p", "efa"], 30)
     # a replay directory without the .err file: no stderr, still "not found"
     d = tmp_path / "node"

@@ -341,6 +341,8 @@ def test_every_region_botocore_knows_is_accepted() -> None:
         "us-east",
         "useast1",
         "us-east-1 ",
+        "us-east-1\n",  # botocore's patterns end in $, which re.match lets a newline follow
+        "us-east-1x",
         "us-\uff45ast-1",
         "us-east-\u0661",
         "",

@@ -269,7 +269,16 @@ def test_az_must_be_the_region_plus_one_letter(dev_config: dict[str, Any]) -> No
 
 
 @pytest.mark.parametrize(
-    "region", ["日本-east-1", "us-east-1\n", "US-EAST-1", "mars-north-1", "us-east"]
+    "region",
+    [
+        "日本-east-1",
+        "us-east-1\n",
+        "us-east-1x",
+        "US-EAST-1",
+        "us-EAST-1",
+        "mars-north-1",
+        "us-east",
+    ],
 )
 def test_region_must_be_an_aws_region_name(dev_config: dict[str, Any], region: str) -> None:
     """Region names per botocore's endpoints.json: each partition's regionRegex (read from
@@ -286,13 +295,13 @@ def test_region_must_be_an_aws_region_name(dev_config: dict[str, Any], region: s
 def test_every_botocore_region_is_accepted() -> None:
     import botocore.loaders
 
-    from infra.config import _region
+    from guardrails.regions import aws_region
 
     partitions = botocore.loaders.Loader().load_data("endpoints")["partitions"]
     regions = [r for p in partitions for r in p["regions"]]
     assert len(regions) > 30
     for r in regions:
-        assert _region(r) == r
+        assert aws_region(r) == r
 
 
 # -- non-finite numbers (item 17) ---------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from guardrails.budget_relay import parse_notice
+from guardrails.adapters.budget_queue import parse_notice
 from guardrails.messages import budget_notice_lines as notice_lines
 
 # The shape AWS Budgets publishes to SNS (text body; figures made up).

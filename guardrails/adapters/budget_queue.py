@@ -2,8 +2,9 @@
 the queue reader (an AWS adapter).
 
 The stack's Budget component publishes to SNS; SNS delivers to an SQS queue; the
-``budget-relay`` rule (``guardrails.rules.budget_relay``) drains it each cycle and relays each
-notice to Slack with the live burn (wording: ``guardrails.messages.budget_notice``).
+``budget-relay`` rule (``guardrails.rules.budget_relay``, the relay's one home: what it reads,
+adds and sends) drains it each cycle through :func:`receive` and relays each notice to Slack
+with the live burn (wording: ``guardrails.messages.budget_notice``).
 
     >>> parse_notice("Budget Name: team\\nAlert Type: ACTUAL", "m-1").budget_name
     'team'
