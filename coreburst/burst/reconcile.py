@@ -59,8 +59,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from coreburst.burst import admin_comment
-from coreburst.burst.commitments import SpendLedger
+from coreburst.burst import admin_comment, gate
 from coreburst.burst.ec2errors import classify
 from coreburst.common.textio import TextFileError, read_text
 from guardrails import messages
@@ -68,11 +67,7 @@ from guardrails.adapters.slurm import (
     Scontrol,
     SlurmError,
     SlurmNode,
-    delete_reservation,
-    parse_spend_holds,
-    releasable,
     run_tool,
-    spend_left,
 )
 from guardrails.config import BurstReconcileConfig
 from guardrails.rules.base import Rule, RuleContext
@@ -445,77 +440,6 @@ def _hold_pools(
             )
 
 
-def _release_spend_holds(ctx: RuleContext, slurm: Scontrol, text: str) -> None:
-    """Delete each spend-gate hold that fits what the scope has left (through the actuator:
-    dry-run, lease, kill switch, cap, audit). ``text``: ``scontrol -o show reservation``."""
-    p = ctx.cfg.burst_reconcile
-    holds = parse_spend_holds(text)
-    if p.spend_scope is None or not holds:
-        return
-    scope = next(s for s in ctx.cfg.spend.scopes if s.name == p.spend_scope)  # validated
-    now = ctx.clock.now()
-    left = spend_left(
-        scope.daily_limit_usd,
-        scope.monthly_limit_usd,
-        ctx.state.last_spend(scope.name),
-        now=now,
-        max_age=p.spend_snapshot_max_age,
-        scope=scope.name,
-    )
-    if isinstance(left, str):
-        for h in holds:
-            ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=left)
-        return
-    # What running bursts may still cost is not free to give away (the gate's commitments).
-    committed = SpendLedger(ctx.state, scope.name).committed(now)
-    left = {period: usd - committed for period, usd in left.items()}
-    release, keep = releasable(holds, left)
-    for h, why in keep:
-        ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=why)
-    for h in release:
-        key = f"burst-spend-release:{h.name}"
-        try:
-            done = ctx.actuator.execute(
-                key,
-                h.name,
-                "slurm",
-                "release",
-                reason=f"spend scope {scope.name} has room for ${h.cost_usd:,.0f}: "
-                + ", ".join(f"${v:,.0f} left {k}" for k, v in left.items()),
-                call=lambda h=h: delete_reservation(slurm, h.name),  # type: ignore[misc]
-            )
-        except SlurmError as exc:
-            ctx.state.drop_intent(key)
-            ctx.actuator.audit("action.failed", key=key, instance_id=h.name, error=str(exc))
-            ctx.report.errors.append(f"burst-reconcile: {exc}")
-            continue
-        if done:
-            ctx.alert(messages.burst_spend_released(h.name, h.nodes, left), timedelta(0))
-
-
-def _alert_spend_holds(ctx: RuleContext, events: list[dict[str, Any]], text: str) -> None:
-    """Slack for each spend hold the resume program placed that is still in place: which
-    jobs wait and why (deduplicated on the reservation)."""
-    current = {h.name for h in parse_spend_holds(text)}
-    scope = ctx.cfg.burst_reconcile.spend_scope or "?"
-    for e in events:
-        resv = str(e.get("reservation") or "")
-        if e.get("event") != "resume.held" or resv not in current:
-            continue
-        jobs = [str(j) for j in e.get("jobs") or [] if isinstance(j, int | str)]
-        ctx.alert(
-            messages.burst_spend_held(
-                resv,
-                str(e.get("nodes", "")),
-                jobs,
-                str(e.get("reason", "")),
-                cost_usd=float(e.get("cost_usd") or 0.0),
-                scope=scope,
-            ),
-            timedelta(0),
-        )
-
-
 def spot_waiting(
     squeue_out: str, now: datetime, after: timedelta, spot: str, on_demand: str
 ) -> list[tuple[str, str, float]]:
@@ -688,8 +612,8 @@ def run(ctx: RuleContext) -> None:
     except SlurmError as exc:
         ctx.report.errors.append(f"burst-reconcile: {exc}")
     else:
-        _alert_spend_holds(ctx, events, resv_text)  # before the release: the wait is news
-        _release_spend_holds(ctx, slurm, resv_text)
+        gate.alert_holds(ctx, events, resv_text)  # before the release: the wait is news
+        gate.release_holds(ctx, slurm, resv_text)
     ctx.actuator.audit(
         "burst.reconciled",
         slurm_nodes=len(nodes),
