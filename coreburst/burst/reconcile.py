@@ -14,10 +14,10 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   whose private IP is the node's ``NodeAddr`` is Slurm's; the others are terminated once past
   ``orphan_timeout``. When no instance (or more than one) has that address, all are left and
   the audit says why.
-* **Spend holds** (``spend_scope``): the resume program's spend gate holds nodes in
-  ``coreburst-spend-<USD>usd-...`` reservations; each one whose projected cost fits what the
-  scope has left (guardrails.yaml ``spend.scopes``, the state's latest snapshot) is deleted
-  (cheapest first), so Slurm resumes the nodes and the gate checks again. With
+* **Spend holds** (``spend_scope``; coreburst/burst/gate.py): the resume program's spend gate
+  holds nodes in ``coreburst-spend-<USD>usd-...`` reservations; each one whose projected
+  cost fits what the scope has left (guardrails.yaml ``spend.scopes``, the state's latest
+  snapshot) is deleted (cheapest first), so Slurm resumes the nodes and the gate checks again. With
   ``burst_audit_log``, Slack says which jobs each hold keeps waiting and why.
 * **Idle reclaim** of an instance tagged with a Slurm node
 (:func:`guardrails.rules.base.reclaim_slurm_node`, called
@@ -84,10 +84,9 @@ PROTECT_PREFIX = "coreburst-protect-"
 # before it no longer count (the backoff and protected mode stay lifted until a new failure).
 OPERATOR_RELEASED = "operator.released"
 # Reasons Slurm or the resume program leave on a CLOUD node whose resume failed (slurmctld
-# "ResumeTimeout reached"; coreburst/burst/power.py FAIL_REASON "(Code:...)Failure when resuming
-# nodes"
-# and the stale-heartbeat refusal): such a node, left down~, is returned to the pool. Any
-# other reason (an operator's drain or down) is left alone.
+# "ResumeTimeout reached"; coreburst/burst/slurm_side.py FAIL_REASON "(Code:...)Failure when
+# resuming nodes" and the stale-heartbeat refusal): such a node, left down~, is returned to the
+# pool. Any other reason (an operator's drain or down) is left alone.
 FAILED_RESUME_REASONS = re.compile(
     r"^(ResumeTimeout reached|\(Code:[^)]*\)Failure when resuming nodes"
     r"|Failure when resuming nodes|coreburst: reconciler heartbeat stale)"
