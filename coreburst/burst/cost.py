@@ -5,8 +5,8 @@ gpu_cluster.py): Slurm starts each node through the resume program and ends it a
 SuspendTime idle, so the stack's fixed monthly cost holds no GPU instance. What a user needs
 instead is the price of one node-hour per pool, what the whole pool costs per hour while every
 node runs, and the largest projection the spend gate can be asked to approve (every node of
-the pool for its partition's MaxTime): the same arithmetic as the gate (coreburst/burst/power.py
-``Power.spend_check``: nodes x $/h x time limit, instance price only). A price the catalog
+the pool for its partition's MaxTime): the same arithmetic as the gate (coreburst/burst/gate.py
+``Gate.check``: nodes x $/h x time limit, instance price only). A price the catalog
 lacks raises :class:`coreburst.common.pricing.UnpricedError`: it is never shown as zero.
 
     >>> from coreburst.burst.config import parse_burst

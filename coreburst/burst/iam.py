@@ -45,9 +45,9 @@ from typing import Any
 from coreburst.burst.config import BurstStack
 from coreburst.common.names import CLUSTER_TAG_KEY, LAUNCH_TAG_KEY, OWNER_TAG_KEYS, STACK_TAG_KEY
 
-# What coreburst/burst/power.py describes (tests/unit/burst/test_iam_policy.py reads its calls from
-# the
-# source), and the template versions "$Latest" stands for, to check what a launch would use.
+# What coreburst/burst/launch.py describes (tests/unit/burst/test_iam_policy.py reads its calls
+# from the source), and the template versions "$Latest" stands for, to check what a launch
+# would use.
 READ_ACTIONS = (
     "ec2:DescribeInstances",
     "ec2:DescribeSubnets",

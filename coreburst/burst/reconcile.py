@@ -14,10 +14,10 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   whose private IP is the node's ``NodeAddr`` is Slurm's; the others are terminated once past
   ``orphan_timeout``. When no instance (or more than one) has that address, all are left and
   the audit says why.
-* **Spend holds** (``spend_scope``): the resume program's spend gate holds nodes in
-  ``coreburst-spend-<USD>usd-...`` reservations; each one whose projected cost fits what the
-  scope has left (guardrails.yaml ``spend.scopes``, the state's latest snapshot) is deleted
-  (cheapest first), so Slurm resumes the nodes and the gate checks again. With
+* **Spend holds** (``spend_scope``; coreburst/burst/gate.py): the resume program's spend gate
+  holds nodes in ``coreburst-spend-<USD>usd-...`` reservations; each one whose projected
+  cost fits what the scope has left (guardrails.yaml ``spend.scopes``, the state's latest
+  snapshot) is deleted (cheapest first), so Slurm resumes the nodes and the gate checks again. With
   ``burst_audit_log``, Slack says which jobs each hold keeps waiting and why.
 * **Idle reclaim** of an instance tagged with a Slurm node
 (:func:`guardrails.rules.base.reclaim_slurm_node`, called
@@ -61,8 +61,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from coreburst.burst import admin_comment
-from coreburst.burst.commitments import SpendLedger
+from coreburst.burst import admin_comment, gate
 from coreburst.burst.ec2errors import classify
 from coreburst.common.names import BACKOFF_PREFIX, NODE_TAG_KEY, PROTECT_PREFIX, STACK_TAG_KEY
 from coreburst.common.textio import TextFileError, read_text
@@ -71,11 +70,7 @@ from guardrails.adapters.slurm import (
     Scontrol,
     SlurmError,
     SlurmNode,
-    delete_reservation,
-    parse_spend_holds,
-    releasable,
     run_tool,
-    spend_left,
 )
 from guardrails.configtypes import Between, StrictModel
 from guardrails.rules.base import Rule, RuleContext
@@ -157,10 +152,9 @@ ICE = "InsufficientInstanceCapacity"
 # before it no longer count (the backoff and protected mode stay lifted until a new failure).
 OPERATOR_RELEASED = "operator.released"
 # Reasons Slurm or the resume program leave on a CLOUD node whose resume failed (slurmctld
-# "ResumeTimeout reached"; coreburst/burst/power.py FAIL_REASON "(Code:...)Failure when resuming
-# nodes"
-# and the stale-heartbeat refusal): such a node, left down~, is returned to the pool. Any
-# other reason (an operator's drain or down) is left alone.
+# "ResumeTimeout reached"; coreburst/burst/slurm_side.py FAIL_REASON "(Code:...)Failure when
+# resuming nodes" and the stale-heartbeat refusal): such a node, left down~, is returned to the
+# pool. Any other reason (an operator's drain or down) is left alone.
 FAILED_RESUME_REASONS = re.compile(
     r"^(ResumeTimeout reached|\(Code:[^)]*\)Failure when resuming nodes"
     r"|Failure when resuming nodes|coreburst: reconciler heartbeat stale)"
@@ -513,77 +507,6 @@ def _hold_pools(
             )
 
 
-def _release_spend_holds(ctx: RuleContext, slurm: Scontrol, text: str) -> None:
-    """Delete each spend-gate hold that fits what the scope has left (through the actuator:
-    dry-run, lease, kill switch, cap, audit). ``text``: ``scontrol -o show reservation``."""
-    p: BurstReconcileConfig = ctx.cfg.burst_reconcile
-    holds = parse_spend_holds(text)
-    if p.spend_scope is None or not holds:
-        return
-    scope = next(s for s in ctx.cfg.spend.scopes if s.name == p.spend_scope)  # validated
-    now = ctx.clock.now()
-    left = spend_left(
-        scope.daily_limit_usd,
-        scope.monthly_limit_usd,
-        ctx.state.last_spend(scope.name),
-        now=now,
-        max_age=p.spend_snapshot_max_age,
-        scope=scope.name,
-    )
-    if isinstance(left, str):
-        for h in holds:
-            ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=left)
-        return
-    # What running bursts may still cost is not free to give away (the gate's commitments).
-    committed = SpendLedger(ctx.state, scope.name).committed(now)
-    left = {period: usd - committed for period, usd in left.items()}
-    release, keep = releasable(holds, left)
-    for h, why in keep:
-        ctx.actuator.audit("burst.spend-kept", reservation=h.name, nodes=h.nodes, why=why)
-    for h in release:
-        key = f"burst-spend-release:{h.name}"
-        try:
-            done = ctx.actuator.execute(
-                key,
-                h.name,
-                "slurm",
-                "release",
-                reason=f"spend scope {scope.name} has room for ${h.cost_usd:,.0f}: "
-                + ", ".join(f"${v:,.0f} left {k}" for k, v in left.items()),
-                call=lambda h=h: delete_reservation(slurm, h.name),  # type: ignore[misc]
-            )
-        except SlurmError as exc:
-            ctx.state.drop_intent(key)
-            ctx.actuator.audit("action.failed", key=key, instance_id=h.name, error=str(exc))
-            ctx.report.errors.append(f"burst-reconcile: {exc}")
-            continue
-        if done:
-            ctx.alert(messages.burst_spend_released(h.name, h.nodes, left), timedelta(0))
-
-
-def _alert_spend_holds(ctx: RuleContext, events: list[dict[str, Any]], text: str) -> None:
-    """Slack for each spend hold the resume program placed that is still in place: which
-    jobs wait and why (deduplicated on the reservation)."""
-    current = {h.name for h in parse_spend_holds(text)}
-    scope = ctx.cfg.burst_reconcile.spend_scope or "?"
-    for e in events:
-        resv = str(e.get("reservation") or "")
-        if e.get("event") != "resume.held" or resv not in current:
-            continue
-        jobs = [str(j) for j in e.get("jobs") or [] if isinstance(j, int | str)]
-        ctx.alert(
-            messages.burst_spend_held(
-                resv,
-                str(e.get("nodes", "")),
-                jobs,
-                str(e.get("reason", "")),
-                cost_usd=float(e.get("cost_usd") or 0.0),
-                scope=scope,
-            ),
-            timedelta(0),
-        )
-
-
 def spot_waiting(
     squeue_out: str, now: datetime, after: timedelta, spot: str, on_demand: str
 ) -> list[tuple[str, str, float]]:
@@ -756,8 +679,8 @@ def run(ctx: RuleContext) -> None:
     except SlurmError as exc:
         ctx.report.errors.append(f"burst-reconcile: {exc}")
     else:
-        _alert_spend_holds(ctx, events, resv_text)  # before the release: the wait is news
-        _release_spend_holds(ctx, slurm, resv_text)
+        gate.alert_holds(ctx, events, resv_text)  # before the release: the wait is news
+        gate.release_holds(ctx, slurm, resv_text)
     ctx.actuator.audit(
         "burst.reconciled",
         slurm_nodes=len(nodes),

@@ -20,14 +20,12 @@ NOT_RESPONDING, ...), e.g. ``IDLE+CLOUD+POWERED_DOWN`` (slurm.conf(5) / scontrol
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from coreburst.common.names import SPEND_HOLD_PREFIX
 from coreburst.common.slurmcmd import SlurmError, SlurmTools
 
 # A field starts at a word followed by '=' after whitespace; its value runs to the next one
@@ -123,78 +121,6 @@ class Scontrol(SlurmTools):
 
 
 # -- the burst spend gate's holds ------------------------------------------------------------
-# coreburst/burst/power.py (the resume program) places them; the burst-reconcile rule lifts them.
-# Their names carry the projected cost (coreburst.common.names.SPEND_HOLD_PREFIX).
-_SPEND_HOLD = re.compile(rf"^ReservationName=({re.escape(SPEND_HOLD_PREFIX)}(?:(\d+)usd-)?\S*)")
-_RESV_NODES = re.compile(r"\bNodes=(\S+)")
-
-
-@dataclass(frozen=True)
-class SpendHold:
-    """One spend-gate reservation as ``scontrol -o show reservation`` prints it."""
-
-    name: str
-    cost_usd: float
-    nodes: str  # a Slurm hostlist, as scontrol prints it
-
-
-def parse_spend_holds(text: str) -> list[SpendHold]:
-    """The spend gate's reservations in ``scontrol -o show reservation`` output (one line per
-    reservation, ``ReservationName=... Nodes=...``; others are ignored).
-
-    >>> parse_spend_holds("ReservationName=coreburst-spend-98usd-1-2 StartTime=x Nodes=od-[1-2]")
-    [SpendHold(name='coreburst-spend-98usd-1-2', cost_usd=98.0, nodes='od-[1-2]')]
-    """
-    out = []
-    for line in text.splitlines():
-        m = _SPEND_HOLD.match(line.strip())
-        on = _RESV_NODES.search(line)
-        if m and on:
-            out.append(SpendHold(m.group(1), float(m.group(2) or 0), on.group(1)))
-    return out
-
-
-def spend_left(
-    daily_limit_usd: float | None,
-    monthly_limit_usd: float | None,
-    snapshot: Any,
-    *,
-    now: datetime,
-    max_age: timedelta,
-    scope: str,
-) -> dict[str, float] | str:
-    """USD a spend scope has left per period (``today``, ``this month``), or why that cannot
-    be known: no snapshot, or one older than ``max_age`` (fail closed: the daemon is not
-    measuring). ``snapshot``: the guardrails state's ``last_spend(scope)`` row (``ts``,
-    ``today``, ``mtd``). The resume program's gate and the rule's release both use this."""
-    if snapshot is None:
-        return f"no spend snapshot for scope {scope}"
-    age = now - datetime.fromisoformat(str(snapshot["ts"]))
-    if age > max_age:
-        return f"spend snapshot for {scope} is {age.total_seconds() / 60:.0f} min old"
-    left: dict[str, float] = {}
-    if daily_limit_usd is not None:
-        left["today"] = daily_limit_usd - float(snapshot["today"])
-    if monthly_limit_usd is not None:
-        left["this month"] = monthly_limit_usd - float(snapshot["mtd"])
-    return left
-
-
-def releasable(
-    holds: list[SpendHold], left: dict[str, float]
-) -> tuple[list[SpendHold], list[tuple[SpendHold, str]]]:
-    """Which holds fit what is left (cheapest first, each counted against the rest), and
-    which stay and why. The next resume checks the jobs' cost again."""
-    room = min(left.values(), default=math.inf)
-    release: list[SpendHold] = []
-    keep: list[tuple[SpendHold, str]] = []
-    for h in sorted(holds, key=lambda h: (h.cost_usd, h.name)):
-        if room <= 0 or h.cost_usd > room:
-            keep.append((h, f"${h.cost_usd:,.0f} projected > ${max(room, 0):,.0f} left"))
-            continue
-        release.append(h)
-        room -= h.cost_usd
-    return release, keep
 
 
 def power_down_when_idle(sc: Scontrol, nodes: list[str]) -> str:

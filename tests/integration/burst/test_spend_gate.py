@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from coreburst.burst.power import SPEND_HOLD_RESERVATION
+from coreburst.burst.gate import SPEND_HOLD_RESERVATION
 from coreburst.common.catalog import load_catalog
 from coreburst.common.pricing import instance_rate
 from coreburst.sandbox.emulator import fake_session

@@ -22,7 +22,8 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ParamValid
 
 from coreburst.burst import ec2io
 from coreburst.burst.config import parse_burst
-from coreburst.burst.power import FLEET_BATCH, LAUNCH_TAG_KEY, Audit, Power
+from coreburst.burst.launch import FLEET_BATCH, LAUNCH_TAG_KEY
+from coreburst.burst.power import Audit, Power
 from coreburst.sandbox.ec2faults import Ec2Faults, TokenBucket, bucket_for
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session
 from tests.unit.burst.conftest import stack_map

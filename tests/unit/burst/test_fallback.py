@@ -19,7 +19,8 @@ from moto import mock_aws
 
 from coreburst.burst.config import BurstStack, parse_burst
 from coreburst.burst.ec2errors import ACTIONS, classify, resolve
-from coreburst.burst.power import Audit, Power, ResumeResult
+from coreburst.burst.launch import ResumeResult
+from coreburst.burst.power import Audit, Power
 from coreburst.burst.slurmconf import node_sets, render_gres, render_slurm_include
 from infra.config import StackConfigError
 from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map

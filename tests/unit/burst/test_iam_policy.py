@@ -1,6 +1,6 @@
 """The controller host's IAM policy (coreburst/burst/iam.py, `coreburst burst iam-policy`): linted
-by
-parliament, and every EC2 call coreburst/burst/power.py makes is granted by it and nothing else is.
+by parliament, and every EC2 call the power programs make (coreburst/burst/launch.py,
+ec2io.py) is granted by it and nothing else is.
 
 AWS pages the grants follow: Amazon EC2 API reference, CreateFleet (an ``instant`` fleet, its
 TagSpecifications and ClientToken); EC2 User Guide, "EC2 Fleet prerequisites" (an instant
@@ -31,7 +31,7 @@ from parliament import analyze_policy_string, iam_definition
 from typer.testing import CliRunner
 
 import coreburst.burst.ec2io
-import coreburst.burst.power
+import coreburst.burst.launch
 from coreburst.burst.cli import app
 from coreburst.burst.config import BurstStack, load_burst_stack, parse_burst
 from coreburst.burst.iam import controller_policy, partition_of
@@ -90,11 +90,11 @@ def _stmt(doc: dict[str, Any], sid: str) -> dict[str, Any]:
 
 def power_operations() -> set[str]:
     """Every EC2 operation the power programs call, read from the source of
-    coreburst/burst/power.py (``self.ec2.<op>(...)``, ``self.ec2.get_paginator("<op>")``) and
+    coreburst/burst/launch.py (``self.ec2.<op>(...)``, ``self.ec2.get_paginator("<op>")``) and
     coreburst/burst/ec2io.py (the same on its ``ec2`` argument), as botocore operation names."""
     by_method = {xform_name(op): op for op in EC2_MODEL.operation_names}
     found = set()
-    for module in (coreburst.burst.power, coreburst.burst.ec2io):
+    for module in (coreburst.burst.launch, coreburst.burst.ec2io):
         tree = ast.parse(Path(str(module.__file__)).read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):

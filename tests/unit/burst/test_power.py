@@ -21,19 +21,13 @@ from moto import mock_aws
 
 from coreburst.burst.admin_comment import comments
 from coreburst.burst.config import BurstStack, SpendGate, gate_limits, load_burst_stack, parse_burst
-from coreburst.burst.power import (
-    FLEET_BATCH,
-    Audit,
-    Power,
-    PowerInputError,
-    launch_groups,
-    read_resume_file,
-    slurm_hours,
-)
+from coreburst.burst.cost import slurm_hours
+from coreburst.burst.gate import parse_spend_holds, releasable
+from coreburst.burst.launch import FLEET_BATCH, launch_groups
+from coreburst.burst.power import Audit, Power, PowerInputError, read_resume_file
 from coreburst.burst.slurmconf import node_sets
 from coreburst.common.catalog import load_catalog
 from coreburst.common.pricing import instance_rate
-from guardrails.adapters.slurm import parse_spend_holds, releasable
 from guardrails.stores.sqlite import State
 from infra.config import StackConfigError
 from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
@@ -553,7 +547,7 @@ def test_gate_fails_closed(ec2: Any, tmp_path: Path, setup: str, needle: str) ->
 
 
 def test_release_plan_fits_holds_cheapest_first() -> None:
-    """The rule's release plan (guardrails.adapters.slurm.releasable) over holds parsed from
+    """The rule's release plan (coreburst.burst.gate.releasable) over holds parsed from
     ``scontrol -o show reservation`` lines (format as AnsweringSlurm above)."""
     text = "\n".join(
         [

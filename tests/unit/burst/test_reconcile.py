@@ -23,8 +23,9 @@ import pytest
 from moto import mock_aws
 
 from coreburst.burst.config import BurstStack, parse_burst
-from coreburst.burst.power import HEARTBEAT_REASON, Audit, Power
+from coreburst.burst.power import Audit, Power
 from coreburst.burst.reconcile import ICE, Instance, plan, pools_of, write_heartbeat
+from coreburst.burst.slurm_side import HEARTBEAT_REASON
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.adapters.slurm import Scontrol, SlurmError, parse_nodes

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from coreburst.burst.power import launch_groups, read_resume_file
+from coreburst.burst.launch import launch_groups
+from coreburst.burst.power import read_resume_file
 
 SLURM = Path(__file__).parents[2] / "fixtures" / "slurm"
 
