@@ -26,10 +26,8 @@ import pytest
 from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, free_port
 from guardrails.stores.sqlite import State
 from tests import cli_runner
-
-from .conftest import config_text
-from .test_cli_process import env
-from .test_faults_process import Daemon, idle_fleet
+from tests.helpers.guardrails_loopback import config_text
+from tests.helpers.guardrails_processes import Daemon, env, idle_fleet
 
 pytestmark = pytest.mark.integration
 

@@ -22,7 +22,9 @@ from coreburst.burst.ec2errors import ACTIONS, classify, resolve
 from coreburst.burst.power import Audit, Power, ResumeResult
 from coreburst.burst.slurmconf import node_sets, render_gres, render_slurm_include
 from infra.config import StackConfigError
-from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
+from tests.helpers.aws import fake_aws_env
+from tests.helpers.burst import stack_map
+from tests.helpers.slurm_fakes import RecordingSlurm
 
 AMI = "ami-12c6146b"
 OD = {
