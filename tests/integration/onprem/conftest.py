@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.apt_sandbox import AptRepo, AptSandbox, GpgKey, require_tools, serve
+from tests.helpers.prereq import require
 
 
 @pytest.fixture
 def sandbox(tmp_path: Path) -> AptSandbox:
     if os.geteuid() != 0:
-        pytest.skip("dpkg --root installs need root (CI runs as root)")
+        require("dpkg --root installs need root (CI runs as root)")
     require_tools("gpg", "dpkg-deb", "apt-ftparchive", "apt-get")
     box = AptSandbox(tmp_path / "root")
     box.check()
