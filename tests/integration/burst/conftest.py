@@ -5,7 +5,8 @@ lab in coreburst/sandbox/slurmlab.py, which ``coreburst burst demo`` and benchma
 share.
 
 Skipped only when not root or the Slurm binaries are missing (Debian: slurmctld slurmd
-slurm-client munge). Everything started here is stopped at the end, with bounded waits.
+slurm-client munge); failed instead under ``CI=true`` (tests/helpers/prereq.py). Everything
+started here is stopped at the end, with bounded waits.
 """
 
 from __future__ import annotations
@@ -15,14 +16,13 @@ from collections.abc import Iterator
 import pytest
 
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module", name="burst_lab")
 def burst_lab_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstLab]:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
     with burst_lab(tmp_path_factory.mktemp("burstlab")) as lab:
         yield lab

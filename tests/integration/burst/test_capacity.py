@@ -32,6 +32,7 @@ from guardrails.adapters.aws import Aws
 from guardrails.configfile import load_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -40,9 +41,7 @@ ICE = "InsufficientInstanceCapacity"
 
 @pytest.fixture(scope="module", name="lab")
 def lab_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstLab]:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
     with burst_lab(tmp_path_factory.mktemp("icelab"), capacity_proxy=True) as lab:
         yield lab
 

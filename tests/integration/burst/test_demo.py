@@ -20,6 +20,7 @@ from typer.testing import CliRunner
 
 from coreburst.sandbox import burst_demo
 from coreburst.sandbox.slurmlab import missing_prerequisite
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -75,9 +76,7 @@ def test_not_root_one_line_exit_2(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def _need_lab() -> None:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
 
 
 def test_demo_overflows_and_stops_everything() -> None:

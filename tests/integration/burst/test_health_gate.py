@@ -36,6 +36,7 @@ from guardrails.adapters.aws import Aws
 from guardrails.configfile import load_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "health"
@@ -102,9 +103,7 @@ class EventsProxy:
 
 @pytest.fixture(scope="module", name="lab")
 def lab_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstLab]:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
     with burst_lab(tmp_path_factory.mktemp("healthlab")) as lab:
         yield lab
 

@@ -13,14 +13,13 @@ import psutil  # type: ignore[import-untyped]
 import pytest
 
 from coreburst.sandbox.slurmlab import SlurmLab, missing_prerequisite, wait_until
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
 
 def test_stop_ends_running_job_steps(tmp_path: Path) -> None:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
     lab = SlurmLab(tmp_path / "lab", {})
     try:
         lab.start()

@@ -26,6 +26,7 @@ import pytest
 
 from coreburst.burst.hostlist import expand
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -34,9 +35,7 @@ LIVE = ("pending", "running")
 
 @pytest.fixture(scope="module", name="lab")
 def lab_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstLab]:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
     with burst_lab(tmp_path_factory.mktemp("racelab"), resume_timeout=30) as lab:
         yield lab
 

@@ -30,6 +30,7 @@ from guardrails.adapters.aws import Aws
 from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.stores.sqlite import State
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -43,9 +44,7 @@ for i in $(seq 600); do sleep 1; done
 
 @pytest.fixture(scope="module", name="lab")
 def lab_fixture(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BurstLab]:
-    why = missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(missing_prerequisite())
     with burst_lab(tmp_path_factory.mktemp("spotlab")) as lab:
         yield lab
 

@@ -6,7 +6,8 @@ eight fake GPUs each as character devices 1:3 in gres.conf).
 
 The history runs from seven days ago to four hours ahead, so the tests' daemon clock can stand
 an hour or two after the lab's jobs started and still find every GPU's data. Skipped only when
-prometheus/promtool (or root and Slurm, for the lab) are missing. Everything started here is
+prometheus/promtool (or root and Slurm, for the lab) are missing; failed instead under ``CI=true``
+(tests/helpers/prereq.py). Everything started here is
 stopped at the end, with bounded waits.
 """
 
@@ -21,6 +22,7 @@ import pytest
 from coreburst.sandbox import prometheus as promlab
 from coreburst.sandbox.slurmlab import SlurmLab
 from coreburst.sandbox.slurmlab import missing_prerequisite as slurm_missing
+from tests.helpers.prereq import require
 
 FIXTURES = Path(__file__).parent / "fixtures"
 HISTORY_BACK = timedelta(days=7)
@@ -40,9 +42,7 @@ def history_now() -> datetime:
 def prometheus(
     tmp_path_factory: pytest.TempPathFactory, history_now: datetime
 ) -> Iterator[promlab.PrometheusServer]:
-    why = promlab.missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(promlab.missing_prerequisite())
     scrape = (FIXTURES / "dcgm-core-lab.prom").read_text()
     history = promlab.openmetrics_history(
         scrape, history_now - HISTORY_BACK, history_now + HISTORY_AHEAD, STEP_S
@@ -53,9 +53,7 @@ def prometheus(
 
 @pytest.fixture(scope="module")
 def slurm_lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmLab]:
-    why = slurm_missing()
-    if why:
-        pytest.skip(why)
+    require(slurm_missing())
     lab = SlurmLab(tmp_path_factory.mktemp("corelab"), {})
     try:
         yield lab.start()

@@ -22,6 +22,7 @@ from guardrails.adapters.dcgm import GPU_UTIL, Prometheus, node_activity, node_s
 from guardrails.adapters.slurm import SlurmJob
 from guardrails.configfile import parse_config
 from guardrails.rules.core_idle import assess, read_activity
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 FIXTURE = Path(__file__).parent / "fixtures" / "dcgm-fqdn-hpc.prom"
@@ -31,9 +32,7 @@ P = parse_config("core_idle: {host_map: {gpu-node-3: core3}}").core_idle
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Prometheus]:
-    why = promlab.missing_prerequisite()
-    if why:
-        pytest.skip(why)
+    require(promlab.missing_prerequisite())
     scrape = FIXTURE.read_text()
     # core10.lab.example: a node whose name starts like core1's must not be read as core1.
     scrape += scrape.splitlines()[-1].replace("core5.lab.example", "core10.lab.example") + "\n"

@@ -3,25 +3,25 @@ receiver per test. Real HTTP both ways; nothing leaves 127.0.0.1."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
-from coreburst.common.telemetry import UTILIZATION_METRICS
 from coreburst.sandbox.clocks import FakeClock
 from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, fake_session
 from guardrails.adapters.aws import Aws
 from guardrails.config import GuardrailsConfig
 from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
+from guardrails.stores.dynamodb import create_table
 from guardrails.stores.sqlite import State
-
-METRICS = {
-    k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()
-}
+from tests.helpers.guardrails_lambda import LambdaStack, lambda_config
+from tests.helpers.guardrails_loopback import config_text
 
 
 @pytest.fixture(scope="session")
@@ -52,28 +52,6 @@ def t0() -> datetime:
     if t.day == 1:
         t = t.replace(day=2)
     return t
-
-
-def config_text(endpoint: str, tmp: Path, extra: str = "") -> str:
-    return f"""
-regions: [us-east-1, us-east-2]
-dry_run: false
-aws: {{endpoint_url: "{endpoint}", max_attempts: 2, connect_timeout_s: 2}}
-idle: {{window: 30m, max_gap: 5m}}
-reclaim: {{grace: 20m}}
-safety: {{kill_switch_file: "{tmp}/stop"}}
-spend:
-  spot_price: catalog-estimate
-  cost_explorer: false
-  direct_connect_ports: []
-  include_lustre: false
-  scopes: [{{name: account}}]
-egress: {{enabled: false}}
-slack: {{backoff_base: 1s}}
-state: {{path: "{tmp}/state.sqlite", audit_log: "{tmp}/audit.jsonl"}}
-metrics_endpoint: {{enabled: false}}
-{extra}
-"""
 
 
 class Harness:
@@ -107,3 +85,40 @@ def harness(
     yield make
     for h in made:
         h.close()
+
+
+@pytest.fixture
+def lambda_stack(
+    moto: Any, hook: WebhookReceiver, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Callable[..., LambdaStack]:
+    def deploy(**config: Any) -> LambdaStack:
+        env = {
+            "AWS_ENDPOINT_URL": moto.url,
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+        for k, v in env.items():
+            monkeypatch.setenv(k, v)
+        table = create_table(boto3.resource("dynamodb"), "guardrails-state")
+        secret = boto3.client("secretsmanager").create_secret(
+            Name="slack-webhook", SecretString=hook.url
+        )["ARN"]
+        sns, sqs = boto3.client("sns"), boto3.client("sqs")
+        topic = sns.create_topic(Name="budget-alerts")["TopicArn"]
+        queue = sqs.create_queue(QueueName="budget-events")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])[
+            "Attributes"
+        ]["QueueArn"]
+        sns.subscribe(TopicArn=topic, Protocol="sqs", Endpoint=queue_arn)
+        fn_env = {
+            "COREBURST_CONFIG_JSON": json.dumps(lambda_config(moto.url, tmp_path, **config)),
+            "COREBURST_STATE_TABLE": "guardrails-state",
+            "COREBURST_SLACK_WEBHOOK_SECRET_ARN": secret,
+            "COREBURST_BUDGET_QUEUE_URL": queue,
+        }
+        for k, v in fn_env.items():
+            monkeypatch.setenv(k, v)
+        return LambdaStack(moto.url, table, queue, topic, {**env, **fn_env})
+
+    return deploy

@@ -26,10 +26,9 @@ import pytest
 from coreburst.sandbox.emulator import MotoProcess, WebhookReceiver, free_port
 from guardrails.stores.sqlite import State
 from tests import cli_runner
-
-from .conftest import config_text
-from .test_cli_process import env
-from .test_faults_process import Daemon, idle_fleet
+from tests.helpers.guardrails_loopback import config_text
+from tests.helpers.guardrails_processes import Daemon, env, idle_fleet
+from tests.helpers.prereq import require
 
 pytestmark = pytest.mark.integration
 
@@ -161,7 +160,7 @@ def _unprivileged() -> tuple[str, ...]:
         return ()
     setpriv = shutil.which("setpriv")
     if setpriv is None:
-        pytest.skip("running as root without setpriv (util-linux): a read-only dir is writable")
+        require("running as root without setpriv (util-linux): a read-only dir is writable")
     return (setpriv, "--bounding-set=-all", "--inh-caps=-all")
 
 

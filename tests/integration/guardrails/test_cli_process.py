@@ -28,25 +28,10 @@ from coreburst.sandbox.emulator import (
     publish,
 )
 from tests import cli_runner
-
-from .conftest import METRICS, config_text
+from tests.helpers.guardrails_loopback import METRICS, config_text
+from tests.helpers.guardrails_processes import env
 
 pytestmark = pytest.mark.integration
-
-
-def env(t: datetime, hook: WebhookReceiver | None, **extra: str) -> dict[str, str]:
-    e = {k: v for k, v in os.environ.items() if not k.startswith(("COREBURST_", "AWS_"))}
-    e.update(
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
-        COREBURST_TEST_HOOKS="1",  # the clock and pause hooks below (coreburst.sandbox.hooks)
-        COREBURST_CLOCK_START=t.isoformat(),
-        **extra,
-    )
-    if hook:
-        e["COREBURST_SLACK_WEBHOOK_URL"] = hook.url
-    return e
 
 
 def once(cfg: Path, e: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,7 @@ injected clock."""
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -16,57 +16,15 @@ from coreburst.sandbox.emulator import (
     WebhookReceiver,
     ce_result,
     launch,
-    launch_asg,
-    publish,
 )
 from guardrails.spend import day_start, month_start
-
-from .conftest import METRICS
+from tests.helpers.guardrails_loopback import fleet, step
 
 pytestmark = pytest.mark.integration
 
 
 def dedupe_keys(hook: WebhookReceiver) -> list[str]:
     return [p["blocks"][-1]["elements"][0]["text"].split(" · ")[1] for p in hook.posts]
-
-
-def fleet(h: Any) -> dict[str, FleetNode]:
-    e1, e2 = h.client("ec2"), h.client("ec2", "us-east-2")
-    n: dict[str, FleetNode] = {}
-    n["od"] = FleetNode(
-        launch(e1, "p5.48xlarge", {"owner": "alice"})[0], "us-east-1", "nvidia", 8, "idle"
-    )
-    n["spot"] = FleetNode(
-        launch(e1, "p5.48xlarge", {"owner": "bob"}, spot=True)[0], "us-east-1", "nvidia", 8, "idle"
-    )
-    n["asg"] = FleetNode(
-        launch_asg(e1, h.client("autoscaling"), "burst", "p5.48xlarge", {"owner": "ci"}),
-        "us-east-1",
-        "nvidia",
-        8,
-        "idle",
-    )
-    n["busy"] = FleetNode(
-        launch(e1, "p5.48xlarge", {"owner": "carol"})[0], "us-east-1", "nvidia", 8, "one-idle"
-    )
-    n["blind"] = FleetNode(
-        launch(e1, "p5en.48xlarge", {"owner": "dave"})[0], "us-east-1", "nvidia", 8, "missing"
-    )
-    # trn2 publishes only the neuron metric: busy must be seen as busy
-    n["trn"] = FleetNode(
-        launch(e2, "trn2.48xlarge", {"owner": "erin"})[0], "us-east-2", "neuron", 4, "busy"
-    )
-    return n
-
-
-def cws(h: Any) -> dict[str, Any]:
-    return {r: h.client("cloudwatch", r) for r in ("us-east-1", "us-east-2")}
-
-
-def step(h: Any, nodes: list[FleetNode], t_from: datetime, **kw: Any) -> Any:
-    now = h.clock.now()
-    publish(cws(h), nodes, t_from, now + timedelta(minutes=1), metric_defs=METRICS, **kw)
-    return h.daemon.run_cycle()
 
 
 def states(h: Any, ids: list[str]) -> dict[str, str]:

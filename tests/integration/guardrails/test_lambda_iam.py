@@ -27,13 +27,7 @@ from parliament import iam_definition
 
 from coreburst.sandbox.emulator import FleetNode, WebhookReceiver, launch, launch_asg
 from guardrails.stores.dynamodb import DynamoState
-
-from .test_shared_store_and_budget import (  # noqa: F401  (lambda_stack is a fixture)
-    BUDGETS_TEXT,
-    LambdaStack,
-    invoke,
-    lambda_stack,
-)
+from tests.helpers.guardrails_lambda import BUDGETS_TEXT, LambdaStack, invoke
 
 pytestmark = pytest.mark.integration
 
@@ -113,7 +107,7 @@ def prod_role_policy() -> dict[str, Any]:
 
 
 def test_every_operation_the_lambda_makes_is_granted(
-    lambda_stack: Callable[..., LambdaStack],  # noqa: F811
+    lambda_stack: Callable[..., LambdaStack],
     moto: Any,
     hook: WebhookReceiver,
     t0: datetime,

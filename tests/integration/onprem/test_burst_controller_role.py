@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from .conftest import ANSIBLE, BIN, MODULE_PYTHON, run_role
+from tests.helpers.apt_sandbox import ANSIBLE, BIN, MODULE_PYTHON, run_role
 
 pytestmark = pytest.mark.integration
 

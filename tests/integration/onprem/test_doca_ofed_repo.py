@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import AptRepo, AptSandbox, GpgKey, build_deb, run_role
+from tests.helpers.apt_sandbox import AptRepo, AptSandbox, GpgKey, build_deb, run_role
 
 # apt-get update's refusal of a repository it cannot verify: gpgv's "NO_PUBKEY <id>" (apt 2.6,
 # Debian 12) or sqv's "OpenPGP signature verification failed" (apt 3.0, Debian 13).

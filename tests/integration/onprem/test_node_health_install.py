@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import require_tools, run_role, serve
+from tests.helpers.apt_sandbox import require_tools, run_role, serve
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import AptRepo, AptSandbox, build_deb, run_role
+from tests.helpers.apt_sandbox import AptRepo, AptSandbox, build_deb, run_role
 
 pytestmark = pytest.mark.integration
 

@@ -19,8 +19,7 @@ from typer.testing import CliRunner
 from coreburst.onprem.cli import app
 from coreburst.onprem.fleet import Fleet, write_inventory
 from coreburst.onprem.runner import run_playbook
-
-from .conftest import MODULE_PYTHON
+from tests.helpers.apt_sandbox import MODULE_PYTHON
 
 pytestmark = pytest.mark.integration
 

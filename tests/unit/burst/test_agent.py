@@ -29,7 +29,7 @@ from coreburst.burst.agent import BadRequest, parse_request
 from coreburst.burst.config import load_burst_stack
 from coreburst.burst.slurmconf import render_program
 from coreburst.sandbox.emulator import MotoProcess
-from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
+from tests.helpers.burst import CLUSTERS, stack_map, write_stack
 
 REPO = Path(__file__).resolve().parents[3]
 CLI = [sys.executable, "-m", "coreburst.burst.cli"]

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from coreburst.burst.cli import app
 from tests import cli_runner
-from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
+from tests.helpers.burst import CLUSTERS, stack_map, write_stack
 
 REPO = Path(__file__).resolve().parents[3]
 runner = CliRunner()

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from tests.helpers.prereq import require
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -27,7 +27,8 @@ def _recipe(*args: str) -> str:
     return line
 
 
-@pytest.mark.skipif(shutil.which("make") is None, reason="GNU make is not installed")
 def test_bench_burst_defaults_to_64_and_500_nodes() -> None:
+    if shutil.which("make") is None:
+        require("GNU make is not installed")
     assert _recipe().endswith("--sizes 64,500")
     assert _recipe("SIZES=1000").endswith("--sizes 1000")

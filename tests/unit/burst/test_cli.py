@@ -8,7 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from coreburst.burst.cli import app
-from tests.unit.burst.conftest import CLUSTERS, stack_map, write_stack
+from tests.helpers.burst import CLUSTERS, stack_map, write_stack
 
 runner = CliRunner()
 

@@ -35,7 +35,8 @@ from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State
 from infra.guardrails_iam import policy_document
-from tests.unit.burst.test_reconcile import FakeSlurm, launch, node_line
+from tests.helpers.burst import launch
+from tests.helpers.slurm_fakes import FakeSlurm, node_line
 
 NOW = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)
 P = BurstHealthConfig(enabled=True)  # event_margin 30m, impaired_grace 10m

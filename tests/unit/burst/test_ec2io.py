@@ -26,7 +26,7 @@ from coreburst.burst.launch import FLEET_BATCH, LAUNCH_TAG_KEY
 from coreburst.burst.power import Audit, Power
 from coreburst.sandbox.ec2faults import Ec2Faults, TokenBucket, bucket_for
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session
-from tests.unit.burst.conftest import stack_map
+from tests.helpers.burst import stack_map
 
 NODE_TAG = "coreburst-slurm-node"
 

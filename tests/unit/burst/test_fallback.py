@@ -23,7 +23,9 @@ from coreburst.burst.launch import ResumeResult
 from coreburst.burst.power import Audit, Power
 from coreburst.burst.slurmconf import node_sets, render_gres, render_slurm_include
 from infra.config import StackConfigError
-from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
+from tests.helpers.aws import fake_aws_env
+from tests.helpers.burst import stack_map
+from tests.helpers.slurm_fakes import RecordingSlurm
 
 AMI = "ami-12c6146b"
 OD = {

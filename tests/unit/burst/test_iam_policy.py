@@ -36,7 +36,7 @@ from coreburst.burst.cli import app
 from coreburst.burst.config import BurstStack, load_burst_stack, parse_burst
 from coreburst.burst.iam import controller_policy, partition_of
 from coreburst.burst.power import Audit, Power
-from tests.unit.burst.conftest import CLUSTERS, stack_map
+from tests.helpers.burst import CLUSTERS, stack_map
 
 ACCOUNT = "123456789012"
 EC2_MODEL = botocore.session.get_session().get_service_model("ec2")

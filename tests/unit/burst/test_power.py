@@ -30,10 +30,11 @@ from coreburst.common.catalog import load_catalog
 from coreburst.common.pricing import instance_rate
 from guardrails.stores.sqlite import State
 from infra.config import StackConfigError
-from tests.unit.burst.conftest import RecordingSlurm, fake_aws_env, stack_map
+from tests.helpers.aws import fake_aws_env
+from tests.helpers.burst import _templates, stack_map
+from tests.helpers.slurm_fakes import RecordingSlurm
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "slurm"
-AMI = "ami-12c6146b"  # one of moto's built-in images
 
 
 @pytest.fixture
@@ -41,21 +42,6 @@ def ec2(monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     fake_aws_env(monkeypatch)
     with mock_aws():
         yield boto3.client("ec2", region_name="us-east-2")
-
-
-def _templates(ec2: Any, stack: str, clusters: list[str]) -> None:
-    """As infra declares them: ``<cluster>-lt-<Pulumi suffix>``, tagged with the stack."""
-    for c in clusters:
-        ec2.create_launch_template(
-            LaunchTemplateName=f"{c}-lt-0a1b2c3",
-            LaunchTemplateData={"ImageId": AMI, "InstanceType": "p5.48xlarge"},
-            TagSpecifications=[
-                {
-                    "ResourceType": "launch-template",
-                    "Tags": [{"Key": "coreburst-stack", "Value": stack}],
-                }
-            ],
-        )
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from coreburst.burst.slurmconf import (
 )
 from coreburst.common.catalog import load_catalog
 from infra.config import StackConfigError
-from tests.unit.burst.conftest import stack_map
+from tests.helpers.burst import stack_map
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: its example stacks
 

@@ -36,7 +36,8 @@ from guardrails.configfile import parse_config
 from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State
-from tests.unit.burst.test_reconcile import AMI, node_line
+from tests.helpers.burst import AMI
+from tests.helpers.slurm_fakes import node_line
 
 EVENTS = Path(__file__).resolve().parents[2] / "fixtures" / "aws" / "events"
 T0 = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)

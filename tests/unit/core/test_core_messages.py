@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from guardrails import messages
-from tests.unit.guardrails.test_slack_limits import UNI, check_payload
+from tests.helpers.slack import UNI, check_payload
 
 NOW = datetime(2026, 12, 3, 12, tzinfo=UTC)
 

@@ -8,14 +8,12 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
@@ -41,14 +39,6 @@ def bin_dir(tmp_path: Path) -> Path:
     for tool in ("scontrol", "scancel"):
         _script(d / tool, f'echo "{tool} $*" >> "{d}/calls"\n')
     return d
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield
 
 
 def run_rule(tmp_path: Path, bin_dir: Path, *, leader: bool = True) -> tuple[Any, list[Any]]:

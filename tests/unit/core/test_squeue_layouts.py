@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from moto import mock_aws
 
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.slurm import SlurmError, parse_jobs
-from tests.unit.core.test_core_rule_cycles import FakePrometheus, _script, daemon
+from tests.helpers.core_idle import FakePrometheus, _script, daemon
 
 SLURM = Path(__file__).parents[2] / "fixtures" / "slurm"
 V40 = SLURM / "squeue-23.11-v0.0.40.json"
@@ -94,14 +92,6 @@ def test_a_job_whose_nodes_cannot_be_read_is_one_line_and_nothing_is_read(
     with pytest.raises(SlurmError, match=re.escape(why)) as e:
         parse_jobs(text)
     assert "\n" not in str(e.value)
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    with mock_aws():
-        yield
 
 
 def test_a_core_idle_cycle_on_slurm_24_05_warns_about_the_idle_job(

@@ -26,8 +26,7 @@ from coreburst.cost.measured import job_active, weighted
 from coreburst.cost.report import app
 from guardrails.adapters.dcgm import Activity
 from guardrails.model import Sample, Series
-
-from .test_report_cli import SACCT, WINDOW, slurm_bin_fixture, stack_dir_fixture
+from tests.helpers.cost_report import SACCT, WINDOW, slurm_bin_fixture, stack_dir_fixture
 
 __all__ = ["slurm_bin_fixture", "stack_dir_fixture"]  # the CLI's stack and Slurm stand-ins
 

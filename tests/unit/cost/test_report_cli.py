@@ -4,8 +4,9 @@ recorded there, test_capacity.py): table, CSV, JSON and PNG agree; bad input is 
 exit 2.
 
 ``scontrol`` and ``sacctmgr`` are stand-ins on PATH that print those files. The node events
-(:data:`EVENTS`) are **made up** in the recorded layout (sacctmgr-events-22.05-recorded.txt)
-at the recorded jobs' times: the cluster's records start at 01:06:40, core2 drained a minute.
+(``EVENTS`` in tests/helpers/cost_report.py) are **made up** in the recorded layout
+(sacctmgr-events-22.05-recorded.txt) at the recorded jobs' times: the cluster's records start
+at 01:06:40, core2 drained a minute.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -22,53 +22,20 @@ import pytest
 from typer.testing import CliRunner
 
 from coreburst.cost.report import app
-from coreburst.sandbox.slurmlab import STACK_YAML
 from coreburst.tco.cli import build_scenario
 from coreburst.tco.model import scenario_gpu_hour_price
+from tests.helpers.cost_report import NODES, SACCT, WINDOW, slurm_bin_fixture, stack_dir_fixture
+
+__all__ = ["slurm_bin_fixture", "stack_dir_fixture"]  # the CLI's stack and Slurm stand-ins
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-SACCT = REPO / "tests" / "fixtures" / "slurm" / "sacct-22.05-recorded.json"
 AUDIT = HERE / "burst-audit-recorded.jsonl"
-WINDOW = ["--since", "2026-12-04T01:00", "--until", "2026-12-04T02:00"]
-NODES = HERE / "scontrol-show-node-22.05-recorded.txt"
-EVENTS = (
-    "burstlab||1796346400|Unknown||Cluster|Cluster Registered TRES\n"
-    "burstlab|core2|1796346500|1796346560|DRAIN|Node|fan swap\n"
-    "burstlab|od-1|1796346400|1796346527|IDLE~|Node|Powered down\n"
-)
 # core1: 8 GPUs x 3,200 s in records less job 1's 24 GPU-s; core2: 8 x (3,200 - 60 s drained)
 IDLE_CORE_GPU_S = (8 * 3200 - 24) + 8 * 3140
 
 
-@pytest.fixture(autouse=True, name="slurm_bin")
-def slurm_bin_fixture(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """scontrol (22.05: refuses --json) and sacctmgr stand-ins first on PATH."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    (tmp_path / "events.txt").write_text(EVENTS)
-    scripts = {
-        "scontrol": '[ "$1" = --json ] && { echo "scontrol: unrecognized option \'--json\'" >&2;'
-        f' exit 1; }}\ncat "${{FAKE_NODES:-{NODES}}}"\n',
-        "sacctmgr": f'cat "${{FAKE_EVENTS:-{tmp_path / "events.txt"}}}"\n',
-    }
-    for name, body in scripts.items():
-        (bin_dir / name).write_text("#!/bin/sh\n" + body)
-        (bin_dir / name).chmod(0o755)
-    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    return bin_dir
-
-
 SCENARIO = REPO / "coreburst" / "tco" / "examples" / "team8_85pct.yaml"
-
-
-@pytest.fixture(name="stack_dir")
-def stack_dir_fixture(tmp_path: Path) -> Path:
-    text = STACK_YAML.format(
-        lab=tmp_path, burst_port_base=30000, suspend_time=4, resume_timeout=40, suspend_timeout=4
-    )
-    (tmp_path / "Pulumi.lab.yaml").write_text(text)
-    return tmp_path
 
 
 def _run(stack_dir: Path, *args: str) -> tuple[int, str, str]:

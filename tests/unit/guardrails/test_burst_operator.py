@@ -19,7 +19,7 @@ from coreburst.burst.reconcile import (
     plan,
 )
 from guardrails.adapters.slurm import parse_nodes
-from tests.unit.burst.test_reconcile import node_line
+from tests.helpers.slurm_fakes import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 P = BurstReconcileConfig(enabled=True, stack="lab", capacity_backoff=timedelta(minutes=30))

@@ -36,8 +36,8 @@ from guardrails.idle import Decision, Utilization
 from guardrails.model import Node
 from guardrails.rules import idle_reclaim
 from guardrails.stores.sqlite import State
-from tests.unit.conftest import StoreOpener
-from tests.unit.guardrails.test_slack_limits import UNI, check_payload, section_text
+from tests.helpers.slack import UNI, check_payload, section_text
+from tests.helpers.stores import StoreOpener
 
 T0 = datetime(2026, 5, 5, 12, tzinfo=UTC)
 TEAMS = [f"team-{i}" for i in range(7)]

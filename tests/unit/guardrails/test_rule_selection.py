@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
 from typer.testing import CliRunner
 
 from coreburst.sandbox.clocks import FakeClock
@@ -60,14 +58,9 @@ def deployed(rules: list[str] | None) -> tuple[dict[str, Any], set[str]]:
 
 
 @pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-2")
-    with mock_aws():
-        yield
+def aws_region() -> str:
+    """The default region ``aws_env`` (tests/unit/conftest.py) sets here: the prod stack's."""
+    return "us-east-2"
 
 
 def one_cycle(daemon_config: dict[str, Any], tmp: Path) -> tuple[set[str], list[str]]:

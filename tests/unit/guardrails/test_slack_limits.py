@@ -13,15 +13,12 @@ slack_sdk's own block models (``Block.parse(...).validate_json()`` raises
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import boto3
 import pytest
 import structlog
-from moto import mock_aws
 from prometheus_client import generate_latest
 from slack_sdk.errors import SlackObjectFormationError
 from slack_sdk.models.blocks import Block
@@ -37,42 +34,11 @@ from guardrails.daemon import Daemon
 from guardrails.metrics import Metrics
 from guardrails.rules.budget_relay import BudgetRelayConfig
 from guardrails.stores.sqlite import State
+from tests.helpers.slack import UNI, check_payload, section_text
 
-BLOCK_KIT = "https://api.slack.com/reference/block-kit/blocks"
 METRIC_DEFS = {
     k: (m.namespace, m.metric_name, m.device_dimension) for k, m in UTILIZATION_METRICS.items()
 }
-
-# Hostile text: emoji (astral plane), CJK, combining marks, Slack control characters and a
-# mention that must not ping anyone.
-UNI = "Ω漢字🚀e\u0301 <!channel> & <@U123> "
-
-
-def check_payload(p: dict[str, Any]) -> None:
-    """Fail if Slack would refuse ``p`` for a Block Kit limit (see module docstring)."""
-    assert 0 < len(p["text"]) <= 4000
-    assert 0 < len(p["blocks"]) <= 50, BLOCK_KIT
-    for d in p["blocks"]:
-        try:
-            Block.parse(d).validate_json()  # type: ignore[union-attr]
-        except SlackObjectFormationError as exc:  # pragma: no cover - the failure message
-            raise AssertionError(f"{exc} in {json.dumps(d)[:300]} ({BLOCK_KIT})") from None
-        assert len(d.get("block_id", "")) <= 255
-        if d["type"] == "header":
-            assert 0 < len(d["text"]["text"]) <= 150
-        if d["type"] == "section":
-            if "text" in d:
-                assert 0 < len(d["text"]["text"]) <= 3000
-            assert len(d.get("fields", [])) <= 10
-            for f in d.get("fields", []):
-                assert 0 < len(f["text"]) <= 2000, "section field over 2000 characters"
-        if d["type"] == "context":
-            assert 0 < len(d["elements"]) <= 10
-            assert all(0 < len(e["text"]) <= 3000 for e in d["elements"])
-
-
-def section_text(p: dict[str, Any]) -> str:
-    return str(p["blocks"][1]["text"]["text"])
 
 
 # -- the payload builder, at maximal inputs ---------------------------------------------------
@@ -145,17 +111,6 @@ Alert Type: ACTUAL
 Alert Threshold: > $48,000.00
 ACTUAL Amount: $48,211.07
 """
-
-
-@pytest.fixture
-def aws_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    for var in ("AWS_ENDPOINT_URL", "AWS_PROFILE"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    with mock_aws():
-        yield
 
 
 def test_every_daemon_message_fits_at_maximal_inputs(

@@ -28,6 +28,7 @@ import pytest
 
 from infra.offline import Evaluation
 from infra.userdata import EFA_LUSTRE_CLIENT_ZIP, render_user_data
+from tests.helpers.prereq import require
 
 DOC_ZIP = (
     "https://docs.aws.amazon.com/fsx/latest/LustreGuide/samples/configure-efa-fsx-lustre-client.zip"
@@ -93,9 +94,10 @@ def _fake_tools(bin_dir: Path, setup_rc: int, log: Path) -> None:
         tool.chmod(0o755)
 
 
-@pytest.mark.skipif(shutil.which("unzip") is None, reason="needs unzip (Debian package unzip)")
 @pytest.mark.parametrize("setup_rc", [0, 1])
 def test_efa_block_runs_setup_and_falls_back_to_tcp(tmp_path: Path, setup_rc: int) -> None:
+    if shutil.which("unzip") is None:
+        require("needs unzip (Debian package unzip)")
     log = tmp_path / "calls.log"
     _fake_tools(tmp_path / "bin", setup_rc, log)
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}"}

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from coreburst.burst.cost import PoolRate
 from coreburst.cli import app
 from coreburst.plan import UNVERIFIED, Burst, _burst_rows, _unverified
-from tests.unit.plan.test_plan import _dev_monthly, _prod_monthly
+from tests.helpers.plan_costs import _dev_monthly, _prod_monthly
 
 ROOT = Path(__file__).resolve().parents[3]
 PREVIEW = ROOT / "tests" / "fixtures" / "preview" / "dev.json"

@@ -15,7 +15,7 @@ from moto import mock_aws
 
 from guardrails.stores.dynamodb import DynamoState, create_table
 from guardrails.stores.sqlite import State
-from tests.unit.conftest import atomic_moto_requests
+from tests.helpers.aws import atomic_moto_requests
 
 T0 = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
 

@@ -1,0 +1,93 @@
+"""Stand-ins for Slurm's ``scontrol`` (no Slurm here; the integration suite runs the same
+commands against a real slurmctld) and one line of its output in the recorded format."""
+
+from __future__ import annotations
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+
+class RecordingSlurm:
+    """Records scontrol argv (no Slurm here; the integration suite runs these for real)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def scontrol(self, *args: str) -> str:
+        self.calls.append(args)
+        return ""
+
+
+def node_line(
+    name: str, state: str, reason: str = "", boot: str = "None", addr: str | None = None
+) -> str:
+    """One line of ``scontrol -o show nodes`` on Slurm 22.05 (scontrol(1), --oneliner: one
+    node per line, Key=Value fields in this order). Made up here from that format; the
+    integration test parses the real scontrol's output with the same function."""
+    line = (
+        f"NodeName={name} Arch=x86_64 CoresPerSocket=1 CPUAlloc=0 CPUEfctv=2 CPUTot=2 "
+        f"CPULoad=0.00 AvailableFeatures=od ActiveFeatures=od Gres=gpu:h100:8 "
+        f"NodeAddr={addr or name} NodeHostName={name} Port=21005 Version=22.05.8 "
+        "OS=Linux 6.1.0-18-amd64 #1 SMP "
+        f"PREEMPT_DYNAMIC Debian 6.1.76-1 (2024-02-01) RealMemory=1000 AllocMem=0 FreeMem=N/A "
+        f"Sockets=2 Boards=1 State={state} ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A "
+        f"MCS_label=N/A Partitions=burst BootTime={boot} SlurmdStartTime=None "
+        f"LastBusyTime=2026-12-03T10:00:00 CfgTRES=cpu=2,mem=1000M,billing=2,gres/gpu=8 "
+        f"AllocTRES= CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s "
+        f"ExtSensorsWatts=0 ExtSensorsTemp=n/s"
+    )
+    return line + (f" Reason={reason} [root@2026-12-03T10:00:00]" if reason else "")
+
+
+FAKE_SCONTROL = """#!{python}
+# A fake scontrol made for these tests (not Slurm): it records its argv and answers
+# "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
+# with reservations.txt, "-o show job" with jobs.txt, "update", "create" and "delete" with
+# nothing.
+import json, pathlib, sys
+here = pathlib.Path(__file__).parent
+args = sys.argv[1:]
+with open(here / "calls.jsonl", "a") as f:
+    f.write(json.dumps(args) + "\\n")
+if args[:3] == ["-o", "show", "nodes"]:
+    n = sum(1 for x in (here / "calls.jsonl").read_text().splitlines() if "show" in x)
+    page = here / f"nodes.{{n}}.txt"
+    print((page if page.exists() else here / "nodes.txt").read_text(), end="")
+elif args[:3] == ["-o", "show", "reservation"]:
+    r = here / "reservations.txt"
+    print(r.read_text() if r.exists() else "No reservations in the system")
+elif args == ["-o", "show", "job"] and (here / "jobs.txt").exists():
+    print((here / "jobs.txt").read_text(), end="")
+elif args[:1] not in (["update"], ["create"], ["delete"]):
+    print("scontrol: error: unexpected " + " ".join(args), file=sys.stderr)
+    sys.exit(1)
+"""
+
+
+class FakeSlurm:
+    def __init__(self, bin_dir: Path) -> None:
+        self.dir = bin_dir
+        bin_dir.mkdir(parents=True, exist_ok=True)
+        exe = bin_dir / "scontrol"
+        exe.write_text(FAKE_SCONTROL.format(python=sys.executable))
+        exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+        self.set_nodes()
+
+    def set_nodes(self, *lines: str, page: int | None = None) -> None:
+        name = f"nodes.{page}.txt" if page else "nodes.txt"
+        (self.dir / name).write_text("".join(f"{ln}\n" for ln in lines))
+
+    def calls(self) -> list[list[str]]:
+        path = self.dir / "calls.jsonl"
+        return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+    def updates(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[:1] == ["update"]]
+
+    def creates(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[:1] == ["create"]]
+
+    def deletes(self) -> list[list[str]]:
+        return [c for c in self.calls() if c[:1] == ["delete"]]
