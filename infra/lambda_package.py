@@ -173,12 +173,12 @@ def pip_install(root: Path, target: Path) -> None:
     prune(target)
 
 
-# What the Lambda runs: guardrails/ and, of the import root, its __init__ and common/. The
+# What the Lambda runs: guardrails/ and, of the import root, its __init__, common/ and burst/
+# (burst's guardrail rules register beside the daemon's: the registry loads every one). The
 # wheel also carries the Pulumi program, the policy pack and the other products: not shipped.
 NOT_IN_LAMBDA = (
     "infra",
     "policies",
-    "coreburst/burst",
     "coreburst/onprem",
     "coreburst/tco",
     "coreburst/sandbox",

@@ -61,8 +61,10 @@ def test_real_build_imports_the_handler(tmp_path: Path) -> None:
     assert not names & {_norm(n) for n in NOT_SHIPPED}, sorted(names)
     assert not (dest / "coreburst" / "sandbox").exists() and not (dest / "tests").exists()
     # Only what the Lambda runs (issue 24): no Pulumi program, policy pack or other product.
-    for gone in ("infra", "policies", "coreburst/burst", "coreburst/tco", "coreburst/onprem"):
+    for gone in ("infra", "policies", "coreburst/tco", "coreburst/onprem"):
         assert not (dest / gone).exists(), gone
+    # burst's guardrail rules are registered rules like the daemon's own (issue 30)
+    assert (dest / "coreburst" / "burst" / "reconcile.py").is_file()
     assert (dest / "coreburst" / "common" / "data" / "catalog.yaml").is_file()
 
     archive = Path(shutil.make_archive(str(tmp_path / "code"), "zip", dest))
