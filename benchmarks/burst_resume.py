@@ -58,11 +58,12 @@ from coreburst.burst.config import load_burst_stack  # noqa: E402
 from coreburst.burst.ec2io import client_config  # noqa: E402
 from coreburst.burst.hostlist import expand  # noqa: E402
 from coreburst.burst.launch import FLEET_BATCH  # noqa: E402
-from coreburst.burst.power import Audit, Power, Scontrol  # noqa: E402
+from coreburst.burst.power import Audit, Power  # noqa: E402
 from coreburst.common.names import STACK_TAG_KEY  # noqa: E402
 from coreburst.sandbox.ec2faults import Ec2Faults  # noqa: E402
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session  # noqa: E402
 from coreburst.sandbox.slurmlab import BurstLab, missing_prerequisite, start_burst_lab  # noqa: E402
+from guardrails.adapters.slurm import Scontrol  # noqa: E402
 
 # Made up for this benchmark; keys follow infra/config.py (StackConfig) and
 # coreburst/burst/config.py.

@@ -25,7 +25,6 @@ from coreburst.burst.power import (
     Audit,
     Power,
     PowerInputError,
-    Scontrol,
     resume_file_from_env,
 )
 from coreburst.burst.slurmconf import (
@@ -35,6 +34,7 @@ from coreburst.burst.slurmconf import (
     reservation_commands,
 )
 from coreburst.common.catalog import CatalogError
+from guardrails.adapters.slurm import Scontrol
 from infra.config import StackConfigError
 
 app = typer.Typer(
@@ -247,7 +247,7 @@ def release_hold(
     import os
     import sqlite3
 
-    from coreburst.burst.reconcile import OPERATOR_RELEASED
+    from coreburst.burst.holds import OPERATOR_RELEASED
     from coreburst.common.names import BACKOFF_PREFIX, PROTECT_PREFIX
 
     s = _stack(stack, stack_dir)

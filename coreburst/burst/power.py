@@ -55,7 +55,6 @@ from coreburst.burst.launch import (
 )
 from coreburst.burst.slurm_side import Choices, Slurm, SlurmSide
 from coreburst.burst.slurmconf import NodeSet, node_set_of
-from coreburst.common.slurmcmd import SlurmTools
 
 if TYPE_CHECKING:
     from guardrails.stores.base import StateStore
@@ -65,11 +64,6 @@ log = logging.getLogger("coreburst.burst.power")
 
 class PowerInputError(ValueError):
     """Bad input to a power program (hostlist, resume file, unknown node); one line."""
-
-
-# The real ``scontrol`` (PATH, SLURM_CONF from the environment): the one Slurm runner; a
-# failure, a timeout or output that is not UTF-8 is one ``SlurmError`` line.
-Scontrol = SlurmTools
 
 
 @dataclass
@@ -85,7 +79,7 @@ class Audit:
             f.write(json.dumps(rec, sort_keys=True) + "\n")
 
 
-def parse_nodes(hostlist: str, nodes_of: dict[str, NodeSet]) -> list[str]:
+def stack_nodes(hostlist: str, nodes_of: dict[str, NodeSet]) -> list[str]:
     try:
         names = expand(hostlist)
     except HostlistError as exc:
@@ -278,7 +272,7 @@ class Power:
         return got.mine, got.resumed
 
     def resume(self, hostlist: str, resume_file: str | None) -> ResumeResult:
-        names = parse_nodes(hostlist, self.nodes_of)
+        names = stack_nodes(hostlist, self.nodes_of)
         jobs = read_resume_file(resume_file) if resume_file else []
         result = ResumeResult()
         self._unsure = result.unsure
@@ -347,7 +341,7 @@ class Power:
         resume still launching one of them terminates what it launches instead of keeping
         it; then their spend commitments. After resume-fail the nodes go back to the pool
         (:meth:`SlurmSide.return_to_pool`)."""
-        names = parse_nodes(hostlist, self.nodes_of)
+        names = stack_nodes(hostlist, self.nodes_of)
         self.claims.release(names)
         held = self.launcher.instances_of(names, HELD_STATES)
         ids = [i["InstanceId"] for insts in held.values() for i in insts]

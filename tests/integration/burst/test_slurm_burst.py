@@ -257,8 +257,9 @@ def test_node_addresses_reach_slurm(burst_lab: BurstLab, monkeypatch: pytest.Mon
     """In private-ip mode resume tells Slurm each node's address in one scontrol call
     (comma lists); the real scontrol accepts it and slurmctld shows the instance's IP."""
     from coreburst.burst.config import load_burst_stack
-    from coreburst.burst.power import Audit, Power, Scontrol
+    from coreburst.burst.power import Audit, Power
     from coreburst.sandbox.emulator import AMI
+    from guardrails.adapters.slurm import Scontrol
 
     monkeypatch.setenv("SLURM_CONF", str(burst_lab.slurm.conf))
     stack = load_burst_stack("lab", burst_lab.slurm.lab)

@@ -22,8 +22,9 @@ import pytest
 from moto import mock_aws
 
 from coreburst.burst.config import BurstStack, parse_burst
+from coreburst.burst.holds import ICE, pools_of
 from coreburst.burst.power import Audit, Power
-from coreburst.burst.reconcile import ICE, Instance, plan, pools_of, write_heartbeat
+from coreburst.burst.reconcile import Instance, plan, write_heartbeat
 from coreburst.burst.slurm_side import HEARTBEAT_REASON
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws

@@ -99,8 +99,8 @@ def test_output_that_is_not_utf8_is_one_line(
     """A job's name or comment may hold any bytes (squeue prints them as given): every Slurm
     client read (squeue for core-idle, scontrol for burst) says so in one line instead of a
     UnicodeDecodeError traceback, and nothing is read from it."""
-    from coreburst.burst.power import Scontrol as BurstScontrol
     from guardrails.adapters.slurm import Scontrol, SlurmJobs
+    from guardrails.adapters.slurm import Scontrol as BurstScontrol
 
     sample = FIXTURE.read_bytes()
     bad = sample.replace(b'"comment": "', b'"comment": "caf\xe9 ', 1)

@@ -10,14 +10,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from coreburst.burst.reconcile import (
-    ICE,
-    OPERATOR_RELEASED,
-    BurstReconcileConfig,
-    Instance,
-    holds,
-    plan,
-)
+from coreburst.burst.holds import ICE, OPERATOR_RELEASED, holds
+from coreburst.burst.reconcile import BurstReconcileConfig, Instance, plan
 from guardrails.adapters.slurm import parse_nodes
 from tests.helpers.slurm_fakes import node_line
 
