@@ -207,6 +207,28 @@ def test_every_file_the_layout_table_names_is_in_its_directory() -> None:
     assert missing == []
 
 
+def test_the_layout_names_every_module() -> None:
+    """Every product module is one hop from the layout: its directory's row names it (or the
+    layout names its path), so the map cannot fall behind the tree."""
+    layout = _layout()
+    rows = {
+        row.group(1): set(re.findall(r"`([^`]+)`", row.group(2)))
+        for line in layout.splitlines()
+        if (row := re.match(r"\| `([\w/]+/)` \| (.*)\|$", line))
+    }
+    named = set(re.findall(r"`([^`]+)`", layout))
+    missing = []
+    for package in sorted(TOP_LEVEL_PACKAGES):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            rel = path.relative_to(ROOT).as_posix()
+            if path.name in {"__init__.py", "__main__.py"} or "/playbooks/" in rel:
+                continue
+            in_row = any(rel.startswith(d) and rel[len(d) :] in names for d, names in rows.items())
+            if not in_row and rel not in named:
+                missing.append(rel)
+    assert missing == []
+
+
 def _layout() -> str:
     return ARCHITECTURE.read_text(encoding="utf-8").split("\n## Layout\n")[1]
 
