@@ -30,19 +30,27 @@ RECIPE=1  # bump when the build steps below change what a chroot holds
 PACKAGES="slurmctld slurmd slurmdbd slurm-client munge mariadb-server mariadb-client prometheus
  iproute2 procps python3 python3-venv ca-certificates"
 # What the Slurm tests and the lab import beyond the base: the guardrails extra (the daemon's
-# rules, boto3) and these of the dev extra, at pyproject.toml's bounds.
+# rules, boto3), tco (the core report's --plot) and these of the dev extra, at pyproject.toml's
+# bounds. Not Pulumi, Ansible, mypy or the linters: they are what makes .[dev] slow to install.
+EXTRAS=guardrails,tco
 DEV_PICK="pytest pytest-timeout pytest-xdist moto psutil setuptools"
+# The test files that can hold a `slurm` test: those naming the lab or its fixtures (collecting
+# the others would import what this environment leaves out, e.g. parliament); -m slurm then
+# selects by the marker, which tests/conftest.py gives.
+mapfile -t FILES < <(cd "$REPO" && grep -rlE --include='test_*.py' \
+  'coreburst\.sandbox(\.| import )(slurmlab|slurmdb|burst_demo)|\b(burst_lab|slurm_lab)\b' \
+  tests | sort)
 PYTEST_ARGS=(-q -p no:cacheprovider -m slurm -n "$WORKERS" --dist loadfile --no-loadscope-reorder
-  tests/integration)
+  "${FILES[@]}")
 [ $# -gt 0 ] && PYTEST_ARGS=(-q -p no:cacheprovider -m slurm "$@")
 
 t0=$SECONDS
 step() { echo "slurm-chroot: [$((SECONDS - t0))s] $*"; }
 die() { echo "slurm-chroot: $*" >&2; exit 2; }
 
-host_release=$(sinfo -V 2>/dev/null | awk '{print $2}' | cut -d. -f1,2 || true)
+host_release=$(slurmctld -V 2>/dev/null | awk '{print $2}' | cut -d. -f1,2 || true)
 if [ "$host_release" = "$RELEASE" ]; then
-  step "Slurm $RELEASE is the host's ($(sinfo -V)): running on the host"
+  step "Slurm $RELEASE is the host's ($(slurmctld -V)): running on the host"
   cd "$REPO"
   PY=${PYTHON:-$REPO/.venv/bin/python}
   [ -x "$PY" ] || die "no $PY: run make setup first"
@@ -112,10 +120,10 @@ pick = set(sys.argv[2].split())
 print("\n".join(r for r in dev if re.split(r"[\[<>=!~ ;]", r, maxsplit=1)[0] in pick))
 EOF
 )
-py_key=$(printf '%s\n' "$reqs" | cat - "$REPO/pyproject.toml" | sha256sum | cut -c1-12)
+py_key=$(printf '%s\n' "$EXTRAS" "$reqs" | cat - "$REPO/pyproject.toml" | sha256sum | cut -c1-12)
 VENV=/opt/coreburst-venv
 if [ "$(cat "$ROOT$VENV/.coreburst-key" 2>/dev/null)" != "$py_key" ]; then
-  step "virtual environment $VENV in the chroot: .[guardrails] and $(echo $DEV_PICK | tr ' ' ,)"
+  step "virtual environment $VENV in the chroot: .[$EXTRAS] and $(echo $DEV_PICK | tr ' ' ,)"
   rm -rf "${ROOT:?}$VENV"
   printf '%s\n' "$reqs" > "$ROOT/tmp/coreburst-dev-reqs.txt"
   cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
@@ -127,7 +135,7 @@ if [ "$(cat "$ROOT$VENV/.coreburst-key" 2>/dev/null)" != "$py_key" ]; then
     python3 -m venv $VENV
     $VENV/bin/pip install -q --upgrade pip
     $VENV/bin/pip install -q -r /tmp/coreburst-dev-reqs.txt
-    $VENV/bin/pip install -q --no-build-isolation -e '/src[guardrails]'" \
+    $VENV/bin/pip install -q --no-build-isolation -e '/src[$EXTRAS]'" \
     > "$CACHE/venv-$SUITE.log" 2>&1 || { tail -30 "$CACHE/venv-$SUITE.log"; die "pip install failed"; }
   echo "$py_key" > "$ROOT$VENV/.coreburst-key"
 fi
