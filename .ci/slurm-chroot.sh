@@ -39,7 +39,7 @@ DEV_PICK="pytest pytest-timeout pytest-xdist moto psutil setuptools"
 # selects by the marker, which tests/conftest.py gives.
 mapfile -t FILES < <(cd "$REPO" && grep -rlE --include='test_*.py' \
   'coreburst\.sandbox(\.| import )(slurmlab|slurmdb|burst_demo)|\b(burst_lab|slurm_lab)\b' \
-  tests | sort)
+  tests/integration | sort)
 PYTEST_ARGS=(-q -p no:cacheprovider -m slurm -n "$WORKERS" --dist loadfile --no-loadscope-reorder
   "${FILES[@]}")
 [ $# -gt 0 ] && PYTEST_ARGS=(-q -p no:cacheprovider -m slurm "$@")
