@@ -28,7 +28,6 @@ holds a name from the Slurm lab (``coreburst.sandbox.slurmlab``, ``slurmdb``, ``
 from __future__ import annotations
 
 import json
-import sys
 from collections import defaultdict
 from pathlib import Path
 
