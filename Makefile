@@ -14,7 +14,7 @@ PYTHON ?= $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.versi
 # same modules at once at start (worker start-up 16 s -> 64 s).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup system-deps demo plan lint test test-durations unit integration bench bench-burst lambda-package arch clean
+.PHONY: setup system-deps demo plan lint test test-slurm test-durations unit integration bench bench-burst lambda-package arch clean
 
 setup: $(VENV)/.installed
 
@@ -88,6 +88,18 @@ else
 	[ $$tests -eq 0 ] && [ $$typed -eq 0 ]
 	$(BIN)/pytest -q -m timing --durations=5
 endif
+
+## The tests that start a real Slurm (marker `slurm`: burst, core idle, cost accounting, the
+## demo) against Slurm $(SLURM): 22.05 is Debian 12's, run on the host with $(VENV); 24.11
+## (Debian 13) and 26.05 (sid) run inside a Debian chroot built with debootstrap and kept under
+## /var/cache/coreburst, in a private network namespace (.ci/slurm-chroot.sh; root).
+## SLURM defaults to the host's release.
+SLURM ?= $(shell slurmctld -V 2>/dev/null | awk '{print $$2}' | cut -d. -f1,2)
+HOST_SLURM := $(shell slurmctld -V 2>/dev/null | awk '{print $$2}' | cut -d. -f1,2)
+test-slurm:
+	@[ -n "$(SLURM)" ] || { echo "test-slurm: SLURM=22.05|24.11|26.05 (no Slurm on the host)"; exit 2; }
+	@if [ "$(SLURM)" = "$(HOST_SLURM)" ]; then $(MAKE) --no-print-directory system-deps setup; fi
+	TEST_WORKERS=$(TEST_WORKERS) .ci/slurm-chroot.sh $(SLURM)
 
 test-durations: setup
 	$(BIN)/pytest -q $(PYTEST_PARALLEL) -m "not timing" --record-durations

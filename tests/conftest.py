@@ -16,6 +16,12 @@ or behind the many-test files, they start last and one worker waits alone on the
 recorded wall time, longest first (``tests/durations.json``; a file it does not list keeps its
 place after those it lists), and ``make test`` passes ``--no-loadscope-reorder`` so that xdist
 keeps that order. The order changes when tests run, never what they assert.
+
+**Tests that start a real Slurm carry the ``slurm`` marker**, given here, not in the files: a
+test is marked when its module, or the module of any fixture it uses (conftest.py included),
+holds a name from the Slurm lab (``coreburst.sandbox.slurmlab``, ``slurmdb``, ``burst_demo``).
+``make test-slurm SLURM=<release>`` runs ``-m slurm`` against that Slurm release
+(.ci/slurm-chroot.sh).
 ``pytest --record-durations`` rewrites the file from the run (``make test-durations``).
 """
 
@@ -57,6 +63,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "slurm: starts a real Slurm (the lab); `make test-slurm` runs these"
+    )
     config.addinivalue_line(
         "markers", "timing: asserts elapsed wall-clock time; `make test` runs these serially"
     )
@@ -106,7 +115,49 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     return rel.as_posix() not in {t.split("::", 1)[0] for t in TIMING} or None
 
 
+SLURM_LAB_MODULES = (
+    "coreburst.sandbox.slurmlab",
+    "coreburst.sandbox.slurmdb",
+    "coreburst.sandbox.burst_demo",
+)
+
+
+def _from_lab(value: object) -> bool:
+    origin = getattr(value, "__module__", None)
+    if not isinstance(origin, str):
+        origin = getattr(value, "__name__", None)  # a module object
+    return isinstance(origin, str) and origin in SLURM_LAB_MODULES
+
+
+def _module_uses_lab(module: object, cache: dict[str, bool]) -> bool:
+    """A test module holding a name from the Slurm lab (a class, a function or the module)."""
+    name = getattr(module, "__name__", "")
+    if name not in cache:
+        cache[name] = any(_from_lab(v) for v in vars(module).values()) if module else False
+    return cache[name]
+
+
+def _fixture_uses_lab(func: object) -> bool:
+    """A fixture whose own code names something from the Slurm lab (a conftest.py also holds
+    fixtures that start no Slurm, so its imports alone do not tell)."""
+    code = getattr(func, "__code__", None)
+    scope = getattr(func, "__globals__", {})
+    return code is not None and any(_from_lab(scope.get(n)) for n in code.co_names)
+
+
+def _mark_slurm(items: list[pytest.Item]) -> None:
+    cache: dict[str, bool] = {}
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        defs = [d for ds in info.name2fixturedefs.values() for d in ds] if info else []
+        if _module_uses_lab(getattr(item, "module", None), cache) or any(
+            _fixture_uses_lab(d.func) for d in defs
+        ):
+            item.add_marker(pytest.mark.slurm)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    _mark_slurm(items)
     recorded = _recorded()
     # stable: a file's tests keep their order; files not recorded keep theirs, after the rest
     items.sort(key=lambda item: -recorded.get(_file_of(item.nodeid), 0.0))

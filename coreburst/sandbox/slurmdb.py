@@ -141,6 +141,7 @@ class SlurmDB:
             )
         init = self.root / "init.sql"
         init.write_text(
+            f"CREATE DATABASE IF NOT EXISTS {DB_NAME};\n"
             f"CREATE USER IF NOT EXISTS '{DB_USER}'@'127.0.0.1' "
             f"IDENTIFIED BY '{self._password}';\n"
             f"ALTER USER '{DB_USER}'@'127.0.0.1' IDENTIFIED BY '{self._password}';\n"

@@ -12,7 +12,13 @@ the EC2 emulator and starts that node's slurmd at least ``boot_delay`` seconds l
 registering in the same second as the resume request can be ignored until ResumeTimeout);
 when the instance is gone it stops that slurmd, as a terminated instance would.
 
-Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (22.05).
+Needs root and Debian's ``slurmctld slurmd slurm-client munge``: Debian 12's 22.05 on the host;
+24.11 (Debian 13) and 26.05 (sid) in a chroot (.ci/slurm-chroot.sh, ``make test-slurm``). What a
+release needs beyond 22.05 is written by release (:func:`slurm_release`): from 24.05 on, slurmd
+stops at start (``No filesystem mounted on /sys/fs/cgroup``, ``Unable to initialize cgroup
+plugin``) where there is neither systemd nor a cgroup v2 mount, as here, unless ``cgroup.conf``
+says ``CgroupPlugin=disabled``, a value 22.05 does not know (22.05 needs no ``cgroup.conf`` with
+proctrack/linuxproc and task/none).
 
     >>> with burst_lab(Path("/tmp/lab")) as lab:   # doctest: +SKIP
     ...     lab.slurm.run("sbatch", "-p", "core,burst", "--wrap", "true")
@@ -21,6 +27,7 @@ Needs root and Debian's ``slurmctld slurmd slurm-client munge`` (22.05).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -65,6 +72,27 @@ def missing_prerequisite() -> str | None:
             f"Slurm binaries missing ({', '.join(missing)}): apt-get install -y {DEBIAN_PACKAGES}"
         )
     return None
+
+
+# cgroup.conf(5) of 24.05 and later lists CgroupPlugin=disabled ("completely disable any
+# interaction with the cgroups"); 22.05's lists cgroup/v1, cgroup/v2 and autodetect only.
+CGROUP_DISABLED_SINCE = (24, 5)
+CGROUP_CONF = """\
+# No systemd and no cgroup v2 mount in the lab (proctrack/linuxproc, task/none).
+CgroupPlugin=disabled
+"""
+
+
+@functools.cache
+def slurm_release() -> tuple[int, int]:
+    """The release of the ``slurmctld`` on PATH: ``slurm 24.11.5`` -> (24, 11)."""
+    out = subprocess.run(
+        ["slurmctld", "-V"], capture_output=True, text=True, timeout=30, check=True
+    ).stdout
+    match = re.search(r"(\d+)\.(\d+)", out)
+    if match is None:
+        raise RuntimeError(f"slurmctld -V printed no release: {out!r}")
+    return int(match[1]), int(match[2])
 
 
 def wait_until(what: str, check: Callable[[], bool], timeout_s: float, every: float = 0.2) -> None:
@@ -287,6 +315,8 @@ class SlurmLab:
             raise RuntimeError(f"slurm-conf failed: {out.stderr}")
         gres = GRES_BASE.format(lab=self.lab) + (self.lab / "etc" / "gres-burst.conf").read_text()
         (self.lab / "etc" / "gres.conf").write_text(gres)
+        if slurm_release() >= CGROUP_DISABLED_SINCE:
+            (self.lab / "etc" / "cgroup.conf").write_text(CGROUP_CONF)
 
     def start(self) -> SlurmLab:
         self.render()
@@ -378,7 +408,9 @@ class SlurmLab:
         (it inherits the lab's SLURM_CONF) and the job's processes under it. A slurmstepd
         outlives its slurmd: stopping the daemons alone leaves it (and the job) running."""
         # slurmstepd writes its title over the start of its environment, so psutil's
-        # environ() sees none of it; the variables are still further on in /proc/PID/environ.
+        # environ() sees none of it; on 22.05 the variables are still further on in
+        # /proc/PID/environ. 24.11's slurmstepd blanks all of it: there its working directory,
+        # inherited from its slurmd (the directory of SlurmdLogFile, under the lab), tells.
         mine = b"SLURM_CONF=" + os.fsencode(self.conf)
         found: list[psutil.Process] = []
         for p in psutil.process_iter(["name"]):
@@ -386,7 +418,7 @@ class SlurmLab:
                 continue
             try:
                 environ = Path(f"/proc/{p.pid}/environ").read_bytes().split(b"\0")
-                if mine not in environ:
+                if mine not in environ and not Path(p.cwd()).is_relative_to(self.lab):
                     continue
                 found += [p, *p.children(recursive=True)]
             except (OSError, psutil.Error):
