@@ -340,7 +340,12 @@ def run(ctx: RuleContext) -> None:
         cache.idle_read_at = now
         here = {n.instance_id for n in ctx.nodes}
         cache.idle_decisions = {k: v for k, v in cache.idle_decisions.items() if k in here}
-        ctx.state.put(LAST_READ_KEY, _last_read_record(cache, ctx.nodes, now))
+        record = _last_read_record(cache, ctx.nodes, now)
+        if ctx.actuator.leader:
+            # One actor per store: a standby's schedule stays in its own process. Written by a
+            # standby that read first, it made the leader skip its reads (seen as a leader
+            # that never marked in 4 cycles beside a standby on the same state file).
+            ctx.state.put(LAST_READ_KEY, record)
     for who in sorted(digests):
         marked, reclaimed, unmarked = digests[who]
         if not (marked or reclaimed or unmarked):

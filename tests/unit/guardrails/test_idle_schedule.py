@@ -310,3 +310,48 @@ def test_the_stored_schedule_of_10000_nodes_fits_one_dynamodb_item() -> None:
     _load_last_read(fresh, json.loads(value))
     assert fresh.idle_next == cache.idle_next and fresh.idle_states == cache.idle_states
     assert fresh.idle_read_at == NOW
+
+
+def test_a_standby_leaves_the_stored_schedule_to_the_leader(fleet: Any, tmp_path: Path) -> None:
+    """One actor per store: a standby daemon (another process holds the lease) reads and
+    decides for its report, but the schedule in the shared store is the leader's. Written by a
+    standby, it made the leader skip every read (seen as two daemons on one state file where
+    the leader never marked in 4 cycles)."""
+    from guardrails.rules.idle_reclaim import LAST_READ_KEY
+
+    aws, ec2, cw = fleet
+    busy = launch(ec2, "p5.48xlarge", {})[0]
+    nodes = inventory(ec2, "us-east-1", ["p5.48xlarge"], load_catalog())
+    t0 = nodes[0].launch_time.replace(second=0, microsecond=0) + timedelta(hours=1)
+    publish(
+        {"us-east-1": cw},
+        [FleetNode(busy, "us-east-1", "nvidia", 8, "busy")],
+        t0 - timedelta(minutes=40),
+        t0 + timedelta(minutes=40),
+        metric_defs=DEFS,
+    )
+    cfg = parse_config(
+        f"""
+regions: [us-east-1]
+idle: {{window: 20m, max_gap: 2m, every: 5m}}
+spend: {{cost_explorer: false, include_lustre: false, direct_connect_ports: [],
+         spot_price: catalog-estimate}}
+egress: {{enabled: false}}
+state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}
+metrics_endpoint: {{enabled: false}}
+""",
+        "g.yaml",
+    )
+    store = State(cfg.state.path)
+    assert store.acquire_lease("leader", "another-host~1:1:x", t0, 3600)
+    standby = Daemon(cfg, aws, store, clock=FakeClock(t0))
+    r = standby.run_cycle()
+    standby.close()
+    assert next(x for x in r.decisions if x.instance_id == busy).state == "busy"
+    assert store.get(LAST_READ_KEY) is None
+    store.release_lease("leader", "another-host~1:1:x")
+    leader = Daemon(cfg, aws, store, clock=FakeClock(t0 + timedelta(minutes=1)))
+    leader.run_cycle()
+    leader.close()
+    assert busy in str(store.get(LAST_READ_KEY))
+    store.close()
