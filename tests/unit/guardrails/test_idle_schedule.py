@@ -233,9 +233,8 @@ metrics_endpoint: {{enabled: false}}
     assert steps[found + GRACE] == "act"
 
 
-def test_a_fresh_process_keeps_the_schedule(fleet: Any, tmp_path: Path) -> None:
-    """The schedule lives in the state store: a new Daemon (a Lambda invocation) on the same
-    store does not read a busy node before its time and reports it busy meanwhile."""
+def _one_busy_node(fleet: Any, tmp_path: Path) -> tuple[Any, Any, str, datetime, Any]:
+    """One p5 busy from T0 - 40 min to T0 + 40 min, and a config reading it every 5 min."""
     aws, ec2, cw = fleet
     busy = launch(ec2, "p5.48xlarge", {})[0]
     nodes = inventory(ec2, "us-east-1", ["p5.48xlarge"], load_catalog())
@@ -259,6 +258,13 @@ metrics_endpoint: {{enabled: false}}
 """,
         "g.yaml",
     )
+    return aws, cw, busy, t0, cfg
+
+
+def test_a_fresh_process_keeps_the_schedule(fleet: Any, tmp_path: Path) -> None:
+    """The schedule lives in the state store: a new Daemon (a Lambda invocation) on the same
+    store does not read a busy node before its time and reports it busy meanwhile."""
+    aws, cw, busy, t0, cfg = _one_busy_node(fleet, tmp_path)
     seen: list[int] = []
     cw.meta.events.register_first(
         "provide-client-params.cloudwatch.GetMetricData",
@@ -319,29 +325,7 @@ def test_a_standby_leaves_the_stored_schedule_to_the_leader(fleet: Any, tmp_path
     the leader never marked in 4 cycles)."""
     from guardrails.rules.idle_reclaim import LAST_READ_KEY
 
-    aws, ec2, cw = fleet
-    busy = launch(ec2, "p5.48xlarge", {})[0]
-    nodes = inventory(ec2, "us-east-1", ["p5.48xlarge"], load_catalog())
-    t0 = nodes[0].launch_time.replace(second=0, microsecond=0) + timedelta(hours=1)
-    publish(
-        {"us-east-1": cw},
-        [FleetNode(busy, "us-east-1", "nvidia", 8, "busy")],
-        t0 - timedelta(minutes=40),
-        t0 + timedelta(minutes=40),
-        metric_defs=DEFS,
-    )
-    cfg = parse_config(
-        f"""
-regions: [us-east-1]
-idle: {{window: 20m, max_gap: 2m, every: 5m}}
-spend: {{cost_explorer: false, include_lustre: false, direct_connect_ports: [],
-         spot_price: catalog-estimate}}
-egress: {{enabled: false}}
-state: {{path: "{tmp_path}/s.db", audit_log: "{tmp_path}/a.jsonl"}}
-metrics_endpoint: {{enabled: false}}
-""",
-        "g.yaml",
-    )
+    aws, _cw, busy, t0, cfg = _one_busy_node(fleet, tmp_path)
     store = State(cfg.state.path)
     assert store.acquire_lease("leader", "another-host~1:1:x", t0, 3600)
     standby = Daemon(cfg, aws, store, clock=FakeClock(t0))
