@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# .ci/slurm-chroot.sh RELEASE [PYTEST ARGS...]: the tests that start a real Slurm (pytest marker
+# .ci/slurm-chroot.sh RELEASE [PYTEST ARGS... | --run COMMAND...]: the tests that start a real Slurm (pytest marker
 # `slurm`, tests/conftest.py) against Slurm RELEASE (22.05, 24.11 or 26.05). `make test-slurm
 # SLURM=RELEASE` runs it.
 #
@@ -42,7 +42,9 @@ mapfile -t FILES < <(cd "$REPO" && grep -rlE --include='test_*.py' \
   tests/integration | sort)
 PYTEST_ARGS=(-q -p no:cacheprovider -m slurm -n "$WORKERS" --dist loadfile --no-loadscope-reorder
   "${FILES[@]}")
-[ $# -gt 0 ] && PYTEST_ARGS=(-q -p no:cacheprovider -m slurm "$@")
+RUN=()
+if [ "${1:-}" = --run ]; then RUN=("${@:2}")  # a command instead of pytest (recording fixtures)
+elif [ $# -gt 0 ]; then PYTEST_ARGS=(-q -p no:cacheprovider -m slurm "$@"); fi
 
 t0=$SECONDS
 step() { echo "slurm-chroot: [$((SECONDS - t0))s] $*"; }
@@ -54,8 +56,10 @@ if [ "$host_release" = "$RELEASE" ]; then
   cd "$REPO"
   PY=${PYTHON:-$REPO/.venv/bin/python}
   [ -x "$PY" ] || die "no $PY: run make setup first"
-  rc=0; "$PY" -m pytest "${PYTEST_ARGS[@]}" || rc=$?
-  step "done (pytest rc=$rc)"; exit $rc
+  rc=0
+  if [ ${#RUN[@]} -gt 0 ]; then PATH=$(dirname "$PY"):$PATH "${RUN[@]}" || rc=$?
+  else "$PY" -m pytest "${PYTEST_ARGS[@]}" || rc=$?; fi
+  step "done (rc=$rc)"; exit $rc
 fi
 
 case $RELEASE in
@@ -144,12 +148,13 @@ step "chroot ready: $(in_root /usr/sbin/slurmctld -V), $(in_root $VENV/bin/pytho
 # The tests, in the chroot, on loopback only. CI and TEST_* pass through.
 env_args=(HOME=/root PATH=$VENV/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)
 for v in CI TEST_WORKERS; do [ -n "${!v:-}" ] && env_args+=("$v=${!v}"); done
-step "pytest ${PYTEST_ARGS[*]} (Slurm $RELEASE, $SUITE chroot, loopback only)"
+[ ${#RUN[@]} -gt 0 ] || RUN=(python -m pytest "${PYTEST_ARGS[@]}")
+step "${RUN[*]} (Slurm $RELEASE, $SUITE chroot, loopback only)"
 rc=0
 in_root /usr/bin/env -i "${env_args[@]}" /bin/bash -ec '
   ip link set lo up
   ip addr add 127.0.0.2/32 dev lo 2>/dev/null || true
   cd /src
-  exec python -m pytest "$@"' _ "${PYTEST_ARGS[@]}" || rc=$?
-step "done (pytest rc=$rc)"
+  exec "$@"' _ "${RUN[@]}" || rc=$?
+step "done (rc=$rc)"
 exit $rc
