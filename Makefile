@@ -31,7 +31,8 @@ $(VENV)/.installed: pyproject.toml
 
 ## Debian packages the tests use for real (root; no-op when present). See .ci/run.
 ## openssh-client: ansible's ssh connection (the unreachable-host test); Debian 13 images lack it.
-SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip openssh-client slurmctld slurmd slurm-client \
+## debootstrap: the chroots of the other Slurm releases (.ci/slurm-chroot.sh).
+SYSTEM_DEPS := gnupg apt-utils python3-apt make unzip openssh-client debootstrap slurmctld slurmd slurm-client \
 	munge prometheus slurmdbd mariadb-server
 system-deps:
 	@missing=$$(for p in $(SYSTEM_DEPS); do dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null \

@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
-# .ci/slurm-chroot.sh RELEASE [PYTEST ARGS... | --run COMMAND...]: the tests that start a real Slurm (pytest marker
-# `slurm`, tests/conftest.py) against Slurm RELEASE (22.05, 24.11 or 26.05). `make test-slurm
-# SLURM=RELEASE` runs it.
+# .ci/slurm-chroot.sh RELEASE [PYTEST ARGS... | --run COMMAND... | --build]: the tests that
+# start a real Slurm (pytest marker `slurm`, tests/conftest.py) against Slurm RELEASE (22.05,
+# 24.11 or 26.05); `make test-slurm SLURM=RELEASE` runs it. --run: a command instead (from the
+# working tree, e.g. recording fixtures); --build: only build the chroot (.ci/run builds the
+# other releases' while `make test` runs).
 #
-# The host's own Slurm where its release is RELEASE (Debian 12: 22.05), with the project's .venv.
-# Otherwise Debian's packages of that release in a minbase chroot (24.11: trixie, 26.05: sid),
-# built with debootstrap and kept between runs under $COREBURST_SLURM_CACHE
-# (/var/cache/coreburst), with a virtual environment of the chroot's own python3 holding this
-# project (editable, from the working tree bound at /src) and only what the Slurm tests import.
+# The host's own Slurm where its release is RELEASE (Debian 12: 22.05), with the project's .venv
+# (COREBURST_SLURM_CHROOT=1: a chroot all the same).
+# Otherwise Debian's packages of that release in a minbase chroot (22.05: bookworm, 24.11:
+# trixie, 26.05: sid), built with debootstrap and kept between runs under
+# $COREBURST_SLURM_CACHE (/var/cache/coreburst), with a virtual environment of the chroot's own
+# python3 holding this project (editable, from the working tree bound at /src) and only what
+# the Slurm tests import.
 # The tests run inside the chroot, in a private mount namespace (/proc, /dev, /sys and the
 # working tree bound in; nothing left mounted afterwards) and a private network namespace with
 # loopback only: every daemon of the lab listens on 127.0.0.1 there.
@@ -21,7 +25,7 @@
 # while the tests run. Prints how long each step took.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/.." && pwd)
-RELEASE=${1:?usage: $0 22.05|24.11|26.05 [pytest args...]}
+RELEASE=${1:?usage: $0 22.05|24.11|26.05 [pytest args... | --run command... | --build]}
 shift
 CACHE=${COREBURST_SLURM_CACHE:-/var/cache/coreburst}
 MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
@@ -43,7 +47,9 @@ mapfile -t FILES < <(cd "$REPO" && grep -rlE --include='test_*.py' \
 PYTEST_ARGS=(-q -p no:cacheprovider -m slurm -n "$WORKERS" --dist loadfile --no-loadscope-reorder
   "${FILES[@]}")
 RUN=()
+BUILD_ONLY=
 if [ "${1:-}" = --run ]; then RUN=("${@:2}")  # a command instead of pytest (recording fixtures)
+elif [ "${1:-}" = --build ]; then BUILD_ONLY=1  # build (or find) the chroot, run nothing
 elif [ $# -gt 0 ]; then PYTEST_ARGS=(-q -p no:cacheprovider -m slurm "$@"); fi
 
 t0=$SECONDS
@@ -51,7 +57,10 @@ step() { echo "slurm-chroot: [$((SECONDS - t0))s] $*"; }
 die() { echo "slurm-chroot: $*" >&2; exit 2; }
 
 host_release=$(slurmctld -V 2>/dev/null | awk '{print $2}' | cut -d. -f1,2 || true)
-if [ "$host_release" = "$RELEASE" ]; then
+[ -z "${COREBURST_SLURM_CHROOT:-}" ] || host_release=  # a chroot even for the host's release
+if [ "$host_release" = "$RELEASE" ] && [ -n "$BUILD_ONLY" ]; then
+  step "Slurm $RELEASE is the host's: no chroot to build"; exit 0
+elif [ "$host_release" = "$RELEASE" ]; then
   step "Slurm $RELEASE is the host's ($(slurmctld -V)): running on the host"
   cd "$REPO"
   PY=${PYTHON:-$REPO/.venv/bin/python}
@@ -63,9 +72,10 @@ if [ "$host_release" = "$RELEASE" ]; then
 fi
 
 case $RELEASE in
+  22.05) SUITE=bookworm ;;
   24.11) SUITE=trixie ;;
   26.05) SUITE=sid ;;
-  *) die "no chroot recipe for Slurm $RELEASE (the host has ${host_release:-none}): 24.11 or 26.05" ;;
+  *) die "no chroot recipe for Slurm $RELEASE (the host has ${host_release:-none}): 22.05, 24.11 or 26.05" ;;
 esac
 [ "$(id -u)" = 0 ] || die "needs root (chroot, namespaces, the lab's slurmd)"
 for tool in debootstrap unshare chroot flock; do
@@ -144,6 +154,7 @@ if [ "$(cat "$ROOT$VENV/.coreburst-key" 2>/dev/null)" != "$py_key" ]; then
   echo "$py_key" > "$ROOT$VENV/.coreburst-key"
 fi
 step "chroot ready: $(in_root /usr/sbin/slurmctld -V), $(in_root $VENV/bin/python -V)"
+[ -z "$BUILD_ONLY" ] || exit 0
 
 # The tests, in the chroot, on loopback only. CI and TEST_* pass through.
 env_args=(HOME=/root PATH=$VENV/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8)

@@ -34,6 +34,7 @@ from coreburst.burst.slurmconf import (
     reservation_commands,
 )
 from coreburst.common.catalog import CatalogError
+from coreburst.common.slurmcmd import installed_release, parse_release
 from guardrails.adapters.slurm import Scontrol
 from infra.config import StackConfigError
 
@@ -75,7 +76,7 @@ def _stack(stack: str, stack_dir: Path) -> BurstStack:
 
 
 @app.command("slurm-conf")
-def slurm_conf(
+def slurm_conf(  # noqa: PLR0917 (typer: one parameter per option)
     stack: StackOpt,
     stack_dir: StackDirOpt = HERE,
     out: Annotated[
@@ -91,10 +92,29 @@ def slurm_conf(
     env_file: Annotated[
         str, typer.Option(help="Shell file the programs source first (export AWS_... there).")
     ] = "/etc/coreburst/burst.env",
+    slurm_release: Annotated[
+        str | None,
+        typer.Option(
+            help="The controller's Slurm release (e.g. 22.05), which some lines depend on; "
+            "default: the Slurm installed here (slurmctld -V, else scontrol -V)."
+        ),
+    ] = None,
 ) -> None:
     """Render the burst side of slurm.conf (an Include) and gres.conf from the stack."""
+    if slurm_release is not None:
+        release = parse_release(slurm_release)
+        if release is None or release[0] < 20:
+            raise _fail(f"--slurm-release {slurm_release!r}: not a Slurm release; e.g. 24.11")
+    else:
+        release = installed_release()
+        if release is None:
+            typer.echo(
+                "warning: no Slurm here to tell the controller's release: rendered "
+                "for 23.02 and later (on 22.05 pass --slurm-release 22.05)",
+                err=True,
+            )
     s = _stack(stack, stack_dir)
-    include = render_slurm_include(s)
+    include = render_slurm_include(s, slurm_release=release)
     gres = render_gres(s)
     resv = reservation_commands(s, datetime.now(UTC))
     resv_sh = "#!/bin/sh\n# Hold Capacity Block nodes outside their block.\nset -e\n" + "".join(

@@ -432,13 +432,12 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
             f"{p.spot_fallback_after}): "
             f"{p.on_demand_partition} added"
         )
-        ctx.actuator.audit("burst.spot_fallback", job=job, partitions=parts, why=why)
         text = f"coreburst: {why}; the burst spend gate checks the on-demand price"
         value = admin_comment.merged_for(have, read, job, "fallback", text)
         note = () if value is None else (f"AdminComment={value}",)
         args = ("update", f"jobid={job}", f"partition={parts},{p.on_demand_partition}", *note)
         try:
-            ctx.actuator.execute(
+            done = ctx.actuator.execute(
                 key,
                 f"job {job}",
                 "slurm",
@@ -446,9 +445,15 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
                 reason=why,
                 call=lambda a=args: slurm.run(*a),  # type: ignore[misc]
             )
-        except SlurmError as exc:  # the job may have started or ended since: decide again
+        except SlurmError as exc:
+            # The job may have started or ended since; or slurmctld refused for now (24.11 and
+            # 26.05 answer "Resource temporarily unavailable" to a partition change for some
+            # seconds after the job's submission, seen on the lab): decide again next cycle.
             ctx.state.drop_intent(key)
             ctx.actuator.audit("action.failed", key=key, instance_id=f"job {job}", error=str(exc))
+            continue
+        if done:  # said once it took effect (a dry run says it in action.skipped)
+            ctx.actuator.audit("burst.spot_fallback", job=job, partitions=parts, why=why)
 
 
 def run(ctx: RuleContext) -> None:

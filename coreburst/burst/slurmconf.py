@@ -135,7 +135,15 @@ def _node_lines(ns: NodeSet, port_of: dict[str, int]) -> list[str]:
     return [f"NodeName={n} Port={port_of[n]} {common}" for n in ns.names]
 
 
-def render_slurm_include(stack: BurstStack, catalog: Catalog | None = None) -> str:
+# Slurm 23.02 shows powered-down cloud nodes by default ("PrivateData=cloud is no longer
+# needed", RELEASE_NOTES at tag slurm-23-02-7-1); a later release takes the line but shows
+# ``PrivateData = none`` for it (seen with 24.11.5 and 26.05.5's `scontrol show config`).
+CLOUD_SHOWN_SINCE = (23, 2)
+
+
+def render_slurm_include(
+    stack: BurstStack, catalog: Catalog | None = None, slurm_release: tuple[int, int] | None = None
+) -> str:
     """The text to ``Include`` from the site's slurm.conf, after its own nodes and partitions."""
     s = stack.settings
     sets = node_sets(stack, catalog)
@@ -176,7 +184,19 @@ def render_slurm_include(stack: BurstStack, catalog: Catalog | None = None) -> s
         f"TreeWidth={TREE_WIDTH}",
         # Cloud node addresses change with every boot.
         "CommunicationParameters=NoAddrCache",
-        "PrivateData=cloud",
+    ]
+    if slurm_release is not None and slurm_release < CLOUD_SHOWN_SINCE:
+        # Slurm 22.05 hides powered-down cloud nodes from sinfo, even from root, without it.
+        lines += ["# PrivateData replaces any earlier value: merge the site's own entries here.",
+                  "PrivateData=cloud"]  # fmt: skip
+    else:
+        lines.append(
+            "# (no PrivateData=cloud: Slurm 23.02 and later show cloud nodes by default; "
+            "on 22.05 add cloud to the site's PrivateData)"
+            if slurm_release is None
+            else "# (no PrivateData=cloud: Slurm 23.02 and later show cloud nodes by default)"
+        )
+    lines += [
         f"SlurmctldParameters={','.join(params)}",
         "# ---- cloud nodes (State=CLOUD: powered down until a job needs them) ----",
     ]

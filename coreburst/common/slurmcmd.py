@@ -25,6 +25,7 @@ could not be run; :func:`run_tool` also fails on a non-zero exit and decodes std
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -156,3 +157,31 @@ class SlurmTools:
 
     def squeue(self, *args: str) -> str:
         return self.tool("squeue", *args)
+
+
+def parse_release(text: str) -> tuple[int, int] | None:
+    """``(major, minor)`` of a Slurm release as ``scontrol -V`` prints it or as given
+    (``slurm 22.05.8``, ``slurm-wlm 24.11.5``, ``26.05``); None when there is none.
+
+    >>> parse_release("slurm-wlm 24.11.5"), parse_release("22.05"), parse_release("x")
+    ((24, 11), (22, 5), None)
+    """
+    m = re.search(r"\b(\d{2})\.(\d{2})(?:\.\d+)?\b", text)
+    return (int(m[1]), int(m[2])) if m else None
+
+
+def installed_release(
+    bin_dir: Path | None = None, timeout_s: float = 10.0, run: Runner = subprocess.run
+) -> tuple[int, int] | None:
+    """The release of the Slurm installed here (``slurmctld -V``, which needs no slurm.conf,
+    else ``scontrol -V``, which on 22.05 fails without one); None when neither can say."""
+    for tool in ("slurmctld", "scontrol"):
+        try:
+            found = parse_release(
+                run_tool(tool, "-V", bin_dir=bin_dir, timeout_s=timeout_s, run=run)
+            )
+        except SlurmError:
+            continue
+        if found is not None:
+            return found
+    return None

@@ -126,7 +126,7 @@ class SlurmDB:
         data = self.root / "mysql"
         self.root.mkdir(parents=True, exist_ok=True)
         if not data.exists():
-            subprocess.run(
+            done = subprocess.run(
                 [
                     "mariadb-install-db",
                     "--no-defaults",
@@ -136,9 +136,11 @@ class SlurmDB:
                     "--skip-test-db",
                 ],
                 capture_output=True,
-                check=True,
                 timeout=120,
             )
+            if done.returncode:
+                said = (done.stderr or done.stdout).decode(errors="replace").strip()
+                raise RuntimeError(f"mariadb-install-db exited {done.returncode}: {said[-1500:]}")
         init = self.root / "init.sql"
         init.write_text(
             f"CREATE DATABASE IF NOT EXISTS {DB_NAME};\n"

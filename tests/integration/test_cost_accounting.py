@@ -313,7 +313,13 @@ def test_week_reconciles_with_slurm_and_the_catalog(seeded: Seeded) -> None:
     # report's clock would end earlier there)
     assert (doc["since"][:19], doc["until"][:19]) == (_iso(seeded.since), _iso(seeded.until))
     assert doc["jobs_source"] == "sacct --json"
-    assert doc["core_capacity_source"] == "scontrol -o show node, sacctmgr list event"
+    # the node list from scontrol's JSON where the release has it (23.02 on), else its text
+    nodes = (
+        "scontrol --json show node"
+        if slurmlab.slurm_release() >= (23, 2)
+        else "scontrol -o show node"
+    )
+    assert doc["core_capacity_source"] == f"{nodes}, sacctmgr list event"
     rows = {r["group"]: r for r in doc["rows"]}
     assert set(rows) == {"ml", "research"}
     assert (rows["ml"]["jobs"], rows["research"]["jobs"]) == (3, 4)

@@ -1,4 +1,5 @@
-"""Burst scenarios on a real slurmctld/slurmd (Debian slurm-wlm 22.05) with EC2 on moto server.
+"""Burst scenarios on a real slurmctld/slurmd (each release `make test-slurm` runs) and EC2 on
+moto server.
 
 Timers are short (SuspendTime 4 s, SuspendTimeout 4 s, power_save_interval 1 s); every wait
 is bounded. REFERENCE.md "Slurm power saving" has the timings these bounds allow for
@@ -14,7 +15,7 @@ import pytest
 
 from coreburst.burst.hostlist import expand
 from coreburst.common.catalog import load_catalog
-from coreburst.sandbox.slurmlab import BurstLab
+from coreburst.sandbox.slurmlab import BurstLab, slurm_release
 
 pytestmark = pytest.mark.integration
 
@@ -76,6 +77,34 @@ def test_rendered_conf_is_accepted_by_slurmctld(burst_lab: BurstLab) -> None:
     conf = burst_lab.slurm.run("scontrol", "show", "config").stdout
     assert "SuspendExcNodes         = core[1-2]" in conf
     assert "coreburst-burst-resume" in conf
+
+
+def test_slurmctld_runs_with_every_setting_the_fragment_renders(burst_lab: BurstLab) -> None:
+    """Each ``Key=Value`` line of the rendered burst.conf that is not a node or partition is
+    what this release's ``scontrol show config`` says it runs with (it prints seconds as
+    ``N sec`` and rates as ``N nodes/min``): none ignored, renamed or overridden. Slurm 22.05
+    gets ``PrivateData=cloud``; 23.02 on shows cloud nodes by default, and the fragment
+    rendered for it has no such line (24.11 and 26.05 print ``PrivateData = none`` for it)."""
+    rendered = (burst_lab.slurm.lab / "etc" / "burst.conf").read_text().splitlines()
+    want = dict(
+        line.split("=", 1)
+        for line in rendered
+        if "=" in line and not line.startswith(("#", "NodeName=", "PartitionName="))
+    )
+    shown = {
+        k.strip(): v.strip()
+        for k, _, v in (
+            line.partition("=")
+            for line in burst_lab.slurm.run("scontrol", "show", "config").stdout.splitlines()
+        )
+    }
+    assert set(want) >= {
+        "ResumeProgram", "SuspendProgram", "ResumeFailProgram", "SuspendTime", "ResumeTimeout",
+        "SuspendTimeout", "ResumeRate", "SuspendRate", "SuspendExcNodes", "SlurmctldParameters",
+    }  # fmt: skip
+    for key, value in want.items():
+        assert shown.get(key) in (value, f"{value} sec", f"{value} nodes/min"), (key, value)
+    assert ("PrivateData" in want) == (slurm_release() < (23, 2))
 
 
 @pytest.mark.parametrize(
