@@ -137,6 +137,7 @@ class SlurmDB:
                 ],
                 capture_output=True,
                 timeout=120,
+                check=False,
             )
             if done.returncode:
                 said = (done.stderr or done.stdout).decode(errors="replace").strip()
