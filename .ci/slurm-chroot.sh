@@ -24,6 +24,7 @@
 # coreutils) and Debian's mirror (DEBIAN_MIRROR) while building; nothing from the network
 # while the tests run. Prints how long each step took.
 set -euo pipefail
+{ # read whole before it runs: an edit to this file cannot break a run in progress
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 RELEASE=${1:?usage: $0 22.05|24.11|26.05 [pytest args... | --run command... | --build]}
 shift
@@ -145,7 +146,10 @@ if [ "$(cat "$ROOT$VENV/.coreburst-key" 2>/dev/null)" != "$py_key" ]; then
   cp "${PIP_CERT:-${SSL_CERT_FILE:-/etc/ssl/certs/ca-certificates.crt}}" "$ROOT/tmp/host-ca.crt"
   # (--no-build-isolation: setuptools comes with the requirements, and pip's isolated build
   # environment would fetch it again)
-  NET=host PIP_CERT=/tmp/host-ca.crt SSL_CERT_FILE=/tmp/host-ca.crt in_root /bin/bash -ec "
+  # (every variable that names a CA bundle: pip 23.0 of bookworm took REQUESTS_CA_BUNDLE, which
+  # named the chroot's own bundle)
+  NET=host PIP_CERT=/tmp/host-ca.crt SSL_CERT_FILE=/tmp/host-ca.crt \
+    REQUESTS_CA_BUNDLE=/tmp/host-ca.crt CURL_CA_BUNDLE=/tmp/host-ca.crt in_root /bin/bash -ec "
     python3 -m venv $VENV
     $VENV/bin/pip install -q --upgrade pip
     $VENV/bin/pip install -q -r /tmp/coreburst-dev-reqs.txt
@@ -169,3 +173,4 @@ in_root /usr/bin/env -i "${env_args[@]}" /bin/bash -ec '
   exec "$@"' _ "${RUN[@]}" || rc=$?
 step "done (rc=$rc)"
 exit $rc
+}
