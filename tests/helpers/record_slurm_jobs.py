@@ -4,7 +4,8 @@
 (coreburst/sandbox/slurmlab.py) with the Slurm on PATH, submits the jobs below, and writes,
 unchanged, ``squeue --json --states=all`` to ``OUT_DIR/squeue-jobs-<release>-recorded.json`` and
 ``scontrol -o show job`` (every job) to ``OUT_DIR/scontrol-o-show-job-<release>-recorded.txt``.
-(``scontrol --json`` does not exist on 22.05: "unrecognized option '--json'".) The same for another release:
+(``scontrol --json`` does not exist on 22.05: "unrecognized option '--json'".) The same for
+another release, in its chroot:
 ``.ci/slurm-chroot.sh 24.11 --run python -m tests.helpers.record_slurm_jobs OUT_DIR``
 (tests/fixtures/slurm/README.md names the files this wrote).
 
