@@ -258,8 +258,9 @@ def bench_resume(moto: MotoProcess, n: int, work: Path) -> dict[str, Any]:
 
 # -- part 3: 1,000 nodes under throttling and delayed visibility --------------------------
 class RecordingSlurm:
-    """Made up for this benchmark (no slurmctld here): records scontrol argv; the
-    integration suite runs these commands against a real slurmctld."""
+    """Made up for this benchmark (no slurmctld here): records scontrol argv, and squeue
+    (``--json``) lists no job; the integration suite runs these commands against a real
+    slurmctld."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
@@ -267,6 +268,9 @@ class RecordingSlurm:
     def scontrol(self, *args: str) -> str:
         self.calls.append(args)
         return ""
+
+    def squeue(self, *args: str) -> str:
+        return '{"jobs": []}'
 
     def addresses(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -22,18 +22,36 @@ is never cut. scontrol takes everything after the first ``=`` of the ``AdminComm
 argument as the value (``src/scontrol/update_job.c``), so an argv element needs no quoting; a
 tag ending in ``+``/``-`` would append or be refused, which ``AdminComment=`` never is.
 
-Reading it back: ``scontrol -o show job`` prints ``WorkDir=<dir>`` then, when set,
-``AdminComment=<value> `` and, before the next field, another space (``src/api/job_info.c``,
-``line_end`` is one space with ``-o``), so the value is what follows ``WorkDir=<dir>
-AdminComment=`` up to two spaces and the next ``Key=`` or the line's end. A site text holding
-two spaces followed by ``Word=`` would be read short; a work directory with a space in it makes
-the comment unreadable (:func:`comment_of` returns None) and coreburst then leaves it alone.
+Reading it back: from ``squeue --json --states=all`` (:func:`read_jobs`), where every job's
+``admin_comment`` and ``comment`` are JSON strings; never from ``scontrol show job`` text. That
+text has no quoting: ``-o`` prints ``AdminComment=<value>`` and then the other fields, the
+user's own ``Comment=`` among them, separated by spaces, so where the value ends could only be
+guessed from the layout. Up to 25.05 ``-o`` left two spaces after it (``src/api/job_info.c``:
+``"AdminComment=%s "`` and a one-space ``line_end``); Slurm 25.11 dropped one ("Remove extra
+space with --oneliner", its NEWS), and the reader that relied on the two took the user's
+Comment and the rest of the line for the AdminComment and wrote all of it back (the 26.05
+recording, ``tests/fixtures/slurm/scontrol-o-show-job-26.05-recorded.txt``, shows that layout).
+``scontrol --json`` would be exact, but 22.05's scontrol has none ("unrecognized option
+'--json'"); ``squeue --json`` has ``admin_comment`` in every job object from 22.05
+(openapi/v0.0.38) to 26.05 (data_parser v0.0.45), as the recordings
+``tests/fixtures/slurm/squeue-jobs-*-recorded.json`` show, so it is the one read on every
+release. ``--states=all`` keeps a job that just ended listed. A job object without
+``admin_comment`` has an unreadable comment (None) and coreburst leaves it alone; output that is
+not that JSON is one :class:`~coreburst.common.slurmcmd.SlurmError` line and nothing is written.
+
+    >>> job = parse_jobs('{"jobs": [{"job_id": 7, "user_name": "ann", "account": "ml", '
+    ...     '"time_limit": 90, "admin_comment": "site", "comment": "x AdminComment=y"}]}')["7"]
+    >>> job.admin_comment, job.comment, job.minutes
+    ('site', 'x AdminComment=y', 90)
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from coreburst.common.slurmcmd import SlurmError, slurm_minutes, slurm_number
 
 SEP = " | "
 PREFIX = "coreburst: "
@@ -51,8 +69,9 @@ KINDS: dict[str, tuple[str, ...]] = {
     "fallback": ("pending ",),
 }
 
-_LINE = re.compile(r"\bWorkDir=\S* AdminComment=(.*?)(?:  \S+=.*| ?)$")
-_WORKDIR = re.compile(r"\bWorkDir=\S*(?: |$)")
+# The one read of every job: squeue(1) ``--json`` (every release coreburst runs on has it), all
+# states (a job that just ended is still listed, so it is not taken for one Slurm forgot).
+READ = ("--json", "--states=all")
 
 
 def kind_of(segment: str) -> str | None:
@@ -115,20 +134,59 @@ def merged_for(
     return None if have is None else merge(have, kind, text)
 
 
-def comment_of(line: str) -> str | None:
-    """A job's AdminComment from its ``scontrol -o show job`` line ("" when it has none);
-    None when the line cannot be read for it (no ``WorkDir=`` token as Slurm prints it)."""
-    m = _LINE.search(line)
-    if m:
-        return m.group(1)
-    return "" if _WORKDIR.search(line) else None
+@dataclass(frozen=True)
+class Job:
+    """One job as ``squeue --json`` lists it: what coreburst reads of it."""
+
+    user: str  # "" when not shown
+    account: str  # "" when it has none
+    minutes: int | None  # its time limit; None: no limit of its own
+    admin_comment: str | None  # None: unreadable, so never written
+    comment: str | None  # the user's own (--comment); None: not shown
 
 
-def comments(out: str) -> dict[str, str | None]:
-    """Job id -> AdminComment (None: unreadable) for every job of ``scontrol -o show job``."""
-    found: dict[str, str | None] = {}
-    for line in out.splitlines():
-        m = re.match(r"JobId=(\S+)", line)
-        if m:
-            found[m.group(1)] = comment_of(line)
+def _text(v: object) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+def parse_jobs(out: str) -> dict[str, Job]:
+    """Job id -> :class:`Job` for every job in ``squeue --json`` output (module docstring).
+    Output that is not JSON, has no ``jobs`` list or a job without a readable ``job_id`` is one
+    :class:`SlurmError` line: a read that may have missed a job is not a read (a job it does
+    not list is noted from an empty comment)."""
+    try:
+        doc = json.loads(out)
+    except ValueError:
+        raise SlurmError(f"squeue {' '.join(READ)}: output is not JSON") from None
+    jobs = doc.get("jobs") if isinstance(doc, dict) else None
+    if not isinstance(jobs, list):
+        raise SlurmError(f"squeue {' '.join(READ)}: no 'jobs' list in the output")
+    found: dict[str, Job] = {}
+    for j in jobs:
+        jid = slurm_number(j.get("job_id")) if isinstance(j, dict) else None
+        if not isinstance(j, dict) or jid is None:
+            raise SlurmError(f"squeue {' '.join(READ)}: a job without a job_id: {j!r:.80}")
+        found[str(jid)] = Job(
+            user=_text(j.get("user_name")) or "",
+            account=_text(j.get("account")) or "",
+            minutes=slurm_minutes(j.get("time_limit")),
+            admin_comment=_text(j.get("admin_comment")),
+            comment=_text(j.get("comment")),
+        )
     return found
+
+
+def read_jobs(squeue: Callable[..., str]) -> dict[str, Job]:
+    """Every job Slurm lists, from one ``squeue --json --states=all`` through ``squeue`` (the
+    caller's runner: ``SlurmTools.squeue`` or a stand-in); a failure is one :class:`SlurmError`
+    line (a RuntimeError).
+
+        >>> read_jobs(SlurmTools(timeout_s=10).squeue)["7"].admin_comment  # doctest: +SKIP
+        'site: project X | coreburst: bursting on od-1 (...)'
+    """
+    return parse_jobs(squeue(*READ))
+
+
+def comments(jobs: Mapping[str, Job]) -> dict[str, str | None]:
+    """Job id -> AdminComment (None: unreadable), for :func:`merged_for`."""
+    return {job: j.admin_comment for job, j in jobs.items()}

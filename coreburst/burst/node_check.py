@@ -404,11 +404,16 @@ def fail_node(
             return ""
 
     jobs = step("-h", "-w", node, "-o", "%A", tool="squeue").split()
-    # their AdminComments, one read for all (a note replaces only coreburst's own of its kind)
+    # their AdminComments, one read for all (a note replaces only coreburst's own of its kind;
+    # squeue --json, coreburst.burst.admin_comment); unreadable, no job is noted
     notes: dict[str, str | None] = {}
+    read = False
     if jobs:
-        notes = admin_comment.comments(step("-o", "show", "job"))
-    read = bool(jobs) and not errors
+        try:
+            notes, read = admin_comment.comments(admin_comment.read_jobs(slurm.squeue)), True
+        except RuntimeError as exc:  # coreburst.common.slurmcmd.SlurmError: one line
+            errors.append(str(exc))
+            log.error("node-check %s: %s", node, exc)
     step("update", f"nodename={node}", "state=down", f"reason={HEALTH_REASON}: {why}")
     step(
         "update",

@@ -422,7 +422,7 @@ def _spot_fallback(ctx: RuleContext, slurm: Scontrol) -> None:
     read = False
     if waiting:
         try:
-            have, read = admin_comment.comments(slurm.run("-o", "show", "job")), True
+            have, read = admin_comment.comments(admin_comment.read_jobs(slurm.squeue)), True
         except SlurmError as exc:
             ctx.report.errors.append(f"burst-reconcile: job comments unread: {exc}")
     for job, parts, waited in waiting:

@@ -1,17 +1,17 @@
 """The Slurm side of the power programs: what they read of the jobs they act for, and what
 they tell Slurm about the jobs and nodes.
 
-* **Jobs**: one ``scontrol -o show job`` a run gives each job's owner (the instances'
+* **Jobs**: one ``squeue --json --states=all`` a run gives each job's owner (the instances'
   coreburst-job/-user/-account tags), time limit (the spend gate's hours) and AdminComment;
   coreburst's notes on a job (why it waits, what it costs) replace only its own note of that
-  kind (coreburst/burst/admin_comment.py).
+  kind (coreburst/burst/admin_comment.py, which says why the read is JSON).
 * **Nodes**: a node that got no instance is set DOWN with the EC2 error code (its jobs requeue
   now) and powered down; a pool out of capacity, over a quota or with an invalid request is
   held in a MAINT reservation (``coreburst-backoff-...``, ``coreburst-protect-...``); a resume
   refused for a stale reconciler heartbeat, or a node back from ResumeTimeout, is said so.
 
-Each call is ``scontrol`` through the injected ``slurm``; a failure is one line
-(``guardrails.adapters.slurm.SlurmError``, a RuntimeError).
+Each call is ``scontrol`` (or that one ``squeue``) through the injected ``slurm``; a failure
+is one line (``guardrails.adapters.slurm.SlurmError``, a RuntimeError).
 
     >>> side = SlurmSide(stack, Scontrol(), audit, now=now, nodes_of=node_set_of(stack),
     ...                  claims=lambda: claims, choices=launcher.choices,
@@ -63,6 +63,8 @@ Choices = tuple[list[tuple[str, str]], dict[tuple[str, str], str]]
 class Slurm(Protocol):
     def scontrol(self, *args: str) -> str: ...
 
+    def squeue(self, *args: str) -> str: ...
+
 
 class SlurmSide:
     """Slurm for one run of a power program. ``claims`` opens the run's claims on first use;
@@ -94,10 +96,10 @@ class SlurmSide:
         self._jobs: list[tuple[str, list[str]]] = []
         self._owner_tags: dict[str, dict[str, str]] | None = None
         self._hours: dict[str, float] = {}  # job -> time limit in hours, read once per run
-        # ``scontrol -o show job`` of every job, read once per run (None: not yet; "": failed)
-        # and the AdminComment of each job read (None: unreadable), kept current as this run
-        # writes notes
-        self._all_jobs: str | None = None
+        # every job Slurm lists (admin_comment.read_jobs), read once per run (None: not yet;
+        # {} and _jobs_read False: the read failed) and the AdminComment of each job read
+        # (None: unreadable), kept current as this run writes notes
+        self._all_jobs: dict[str, admin_comment.Job] | None = None
         self._jobs_read = False
         self._comments: dict[str, str | None] = {}
 
@@ -120,9 +122,9 @@ class SlurmSide:
         self, names: list[str], jobs: list[tuple[str, list[str]]]
     ) -> dict[str, dict[str, str]]:
         """node -> {coreburst-job, coreburst-user, coreburst-account} for the first job of the
-        resume file that wants it; user and account from one ``scontrol -o show job`` (all
-        jobs: one call whatever their number). A job Slurm no longer shows keeps its id only;
-        unreadable output leaves the tags out, never the launch."""
+        resume file that wants it; user and account from the run's one read of every job
+        (:meth:`all_jobs`: one call whatever their number). A job Slurm no longer shows keeps
+        its id only; unreadable output leaves the tags out, never the launch."""
         wanted = set(names)
         first: dict[str, str] = {}
         for job, job_nodes in jobs:
@@ -132,18 +134,15 @@ class SlurmSide:
         if not first:
             return {}
         who: dict[str, tuple[str, str]] = {}
-        out = self.all_jobs()
+        listed = self.all_jobs()
         read = self._jobs_read
         if not read:
             log.warning("job owners unknown: instances get their job id only")
         ids = set(first.values())
-        for line in out.splitlines():
-            f = dict(t.partition("=")[::2] for t in line.split() if "=" in t)
-            if f.get("JobId") in ids:
-                user = f.get("UserId", "").partition("(")[0]
-                account = f.get("Account", "")
-                who[f["JobId"]] = (user, "" if account == "(null)" else account)
-                self._hours.setdefault(f["JobId"], self._limit_hours(f.get("TimeLimit")))
+        for job in ids & listed.keys():
+            j = listed[job]
+            who[job] = (j.user, j.account)
+            self._hours.setdefault(job, self._minutes_hours(j.minutes))
         if read:  # a job missing from the whole list is one Slurm no longer knows
             for job in ids:
                 self._hours.setdefault(job, self._limit_hours(None))
@@ -162,18 +161,19 @@ class SlurmSide:
             tags[n] = t
         return tags
 
-    def all_jobs(self) -> str:
-        """``scontrol -o show job`` of every job, read once per run (the owners, time limits
-        and AdminComments of the jobs this run acts for); "" when Slurm could not say."""
+    def all_jobs(self) -> dict[str, admin_comment.Job]:
+        """Every job Slurm lists (``squeue --json --states=all``, admin_comment.read_jobs),
+        read once per run: the owners, time limits and AdminComments of the jobs this run
+        acts for; {} when Slurm could not say."""
         if self._all_jobs is None:
             try:
-                self._all_jobs = self.slurm.scontrol("-o", "show", "job")
+                self._all_jobs = admin_comment.read_jobs(self.slurm.squeue)
                 self._jobs_read = True
                 for job, comment in admin_comment.comments(self._all_jobs).items():
                     self._comments.setdefault(job, comment)
             except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
-                log.warning("cannot read the jobs (scontrol -o show job): %s", exc)
-                self._all_jobs = ""
+                log.warning("cannot read the jobs (squeue --json): %s", exc)
+                self._all_jobs = {}
         return self._all_jobs
 
     def note_jobs(self, jobs: Iterable[str], kind: str, text: str) -> None:
@@ -181,10 +181,10 @@ class SlurmSide:
         an administrator can set it, so a user cannot overwrite it): ``text`` replaces the
         job's previous coreburst note of ``kind`` and the rest is kept (a site's own text,
         coreburst's other notes; coreburst.burst.admin_comment). Each job's AdminComment
-        comes from a read this run already made (its one read of all jobs, or of the job's
-        time limit), else from one read of all jobs. A job whose comment cannot be read is
-        not noted (its text is never overwritten blind); one Slurm does not list is noted
-        from empty (the update then fails if Slurm does not know it)."""
+        comes from the run's one read of every job (:meth:`all_jobs`), made now if not yet.
+        A job whose comment cannot be read is not noted (its text is never overwritten
+        blind); one Slurm does not list is noted from empty (the update then fails if Slurm
+        does not know it)."""
         wanted = list(dict.fromkeys(jobs))
         if not wanted:
             return
@@ -203,8 +203,10 @@ class SlurmSide:
             self._comments[job] = value
 
     def job_hours(self, job_id: str) -> float:
-        """The job's time limit in hours (``scontrol show job``); no limit, or a job Slurm
-        no longer knows: the burst partition's MaxTime, the most it may run there."""
+        """The job's time limit in hours (``scontrol -o show job N``: ``TimeLimit=`` is one
+        token, read safely from the text; the job's comments are not, so they come from
+        :meth:`all_jobs` only); no limit, or a job Slurm no longer knows: the burst
+        partition's MaxTime, the most it may run there."""
         if job_id in self._hours:
             return self._hours[job_id]
         try:
@@ -213,13 +215,14 @@ class SlurmSide:
             return self._limit_hours(None)
         m = re.search(r"\bTimeLimit=(\S+)", out)
         self._hours[job_id] = self._limit_hours(m.group(1) if m else None)
-        for job, comment in admin_comment.comments(out).items():  # for a note on it later
-            self._comments.setdefault(job, comment)
         return self._hours[job_id]
 
     def _limit_hours(self, time_limit: str | None) -> float:
         hours = slurm_hours(time_limit) if time_limit else None
         return hours if hours is not None else slurm_hours(self.stack.settings.max_time) or 24 * 7
+
+    def _minutes_hours(self, minutes: int | None) -> float:
+        return minutes / 60 if minutes is not None else self._limit_hours(None)
 
     def note_bursting(self, result: ResumeResult, jobs: list[tuple[str, list[str]]]) -> None:
         """Tell each job whose nodes were launched what it costs (``scontrol show job``:

@@ -178,8 +178,8 @@ class Slurm:
     """The few Slurm commands this rule runs (each one ``SlurmError`` line on failure)."""
 
     sc: Scontrol
-    # job -> its AdminComment (None: unreadable), from the reads this run made (a job's own
-    # ``show job``, or one ``show job`` of every job); kept current as notes are written
+    # job -> its AdminComment (None: unreadable), from this run's one read of every job
+    # (``squeue --json``: coreburst.burst.admin_comment); kept current as notes are written
     comments: dict[str, str | None] = field(default_factory=dict)
     read_all: bool = False  # the read of every job was tried (once a run)
     read_ok: bool = False  # ... and answered: a job it does not list has no comment
@@ -213,14 +213,15 @@ class Slurm:
         return f"scancel --signal={sig} {' '.join(flag)}".strip()
 
     def job(self, job: str) -> tuple[str, int] | None:
-        """(JobState, Restarts) of ``job``; None when Slurm no longer knows it."""
+        """(JobState, Restarts) of ``job``; None when Slurm no longer knows it. Both are one
+        token in ``scontrol -o show job N``; its AdminComment is not read here (only
+        :meth:`note`'s JSON read is exact about where a comment ends)."""
         try:
             out = self.sc.run("-o", "show", "job", job)
         except SlurmError as exc:
             if "Invalid job id" in str(exc):
                 return None
             raise
-        self.comments.update(admin_comment.comments(out))
         state = re.search(r"\bJobState=(\S+)", out)
         restarts = re.search(r"\bRestarts=(\d+)", out)
         if not state or not restarts:
@@ -235,11 +236,11 @@ class Slurm:
         """``text`` as the job's coreburst note of why it was interrupted (AdminComment: only
         an administrator can set it; ``scontrol show job`` shows it), replacing the previous
         one and keeping the rest (a site's text, coreburst's other notes:
-        coreburst.burst.admin_comment). The comment comes from this run's reads (the job's
-        own, else one of every job); one that cannot be read is not overwritten."""
+        coreburst.burst.admin_comment). The comment comes from this run's one read of every
+        job (``squeue --json --states=all``); one that cannot be read is not overwritten."""
         if job not in self.comments and not self.read_all:
             self.read_all = True
-            self.comments.update(admin_comment.comments(self.sc.run("-o", "show", "job")))
+            self.comments.update(admin_comment.comments(admin_comment.read_jobs(self.sc.squeue)))
             self.read_ok = True
         value = admin_comment.merged_for(self.comments, self.read_ok, job, "requeue", text)
         if value is None:

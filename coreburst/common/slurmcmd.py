@@ -30,6 +30,7 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 # The default advice for a tool that is not there.
 INSTALL_HINT = "install slurm-client"
@@ -38,11 +39,44 @@ INSTALL_HINT = "install slurm-client"
 STDERR_MAX = 300
 
 Runner = Callable[..., subprocess.CompletedProcess[bytes]]
+# Slurm's NO_VAL for a 32-bit number (slurm.h; INFINITE is the one above it): a time limit at or
+# above it is no limit.
+NO_VAL = 0xFFFFFFFE
 
 
 class SlurmError(RuntimeError):
     """A Slurm command (or node probe) missing, timed out, failed or unreadable; the message
     is one line naming the command."""
+
+
+def slurm_number(v: Any) -> int | None:
+    """A number as ``squeue --json`` prints it: plain (Slurm 22.05, openapi/v0.0.38) or in
+    Slurm 23.02+'s ``{"set": bool, "infinite": bool, "number": N}`` wrapper; None when it is
+    unset, infinite or not a number.
+
+    >>> slurm_number(90), slurm_number({"set": True, "infinite": False, "number": 90})
+    (90, 90)
+    >>> slurm_number({"set": False, "infinite": True, "number": 0}), slurm_number(None)
+    (None, None)
+    """
+    if isinstance(v, dict):
+        if v.get("infinite") or not v.get("set", True):
+            return None
+        v = v.get("number")
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return int(v)
+
+
+def slurm_minutes(v: Any) -> int | None:
+    """A time limit in minutes from ``squeue --json`` (``time_limit``); None: no limit (unset,
+    infinite, 22.05's ``null``, or Slurm's NO_VAL/INFINITE sentinels).
+
+    >>> slurm_minutes(90), slurm_minutes(None), slurm_minutes(0xFFFFFFFF)
+    (90, None, None)
+    """
+    n = slurm_number(v)
+    return None if n is None or n >= NO_VAL else n
 
 
 def shown(argv: list[str]) -> str:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from coreburst.common.slurmcmd import SlurmError, SlurmTools
+from coreburst.common.slurmcmd import SlurmError, SlurmTools, slurm_minutes, slurm_number
 
 # A field starts at a word followed by '=' after whitespace; its value runs to the next one
 # (values such as Reason= and OS= contain spaces).
@@ -155,8 +155,6 @@ def delete_reservation(sc: Scontrol, name: str) -> str:
 # 23.02+ wraps numbers as ``{"set": true, "number": N}`` and makes ``job_state`` a list. Every
 # form is read; tests/fixtures/slurm/ has one output per layout.
 _GPU_IDX = re.compile(r"gpu(?::[^:(,]+)?(?::\d+)?\(IDX:([^)]*)\)")
-# Slurm's NO_VAL / INFINITE sentinels for a 32-bit time limit.
-_NO_TIME = 0xFFFFFFFE
 
 
 @dataclass(frozen=True)
@@ -199,17 +197,6 @@ def gpu_indices(gres: str) -> tuple[int, ...]:
     return tuple(out)
 
 
-def _num(v: Any) -> int | None:
-    """A number, or Slurm's newer ``{"set": bool, "infinite": bool, "number": N}`` wrapper."""
-    if isinstance(v, dict):
-        if v.get("infinite") or not v.get("set", True):
-            return None
-        v = v.get("number")
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return int(v)
-
-
 def _running(job: dict[str, Any]) -> bool:
     st = job.get("job_state")
     states = st if isinstance(st, list) else [st]
@@ -244,8 +231,8 @@ def parse_jobs(text: str) -> list[SlurmJob]:
     for j in jobs:
         if not isinstance(j, dict) or not _running(j):
             continue
-        jid = _num(j.get("job_id"))
-        start = _num(j.get("start_time"))
+        jid = slurm_number(j.get("job_id"))
+        start = slurm_number(j.get("start_time"))
         if jid is None or start is None:
             raise SlurmError(f"squeue --json: a running job lacks job_id or start_time: {j!r:.80}")
         names = _job_nodes(j.get("job_resources"))
@@ -267,7 +254,7 @@ def parse_jobs(text: str) -> list[SlurmJob]:
                 f"{len(names)} allocated nodes"
             )
         gpus = {str(n): gpu_indices(d) for n, d in zip(names, detail, strict=False)}
-        limit = _num(j.get("time_limit"))
+        limit = slurm_minutes(j.get("time_limit"))
         out.append(
             SlurmJob(
                 job_id=str(jid),
@@ -275,11 +262,11 @@ def parse_jobs(text: str) -> list[SlurmJob]:
                 account=str(j.get("account") or ""),
                 partition=str(j.get("partition") or ""),
                 start=datetime.fromtimestamp(start, UTC),
-                time_limit=None if limit is None or limit >= _NO_TIME else timedelta(minutes=limit),
+                time_limit=None if limit is None else timedelta(minutes=limit),
                 gpus={n: ix for n, ix in gpus.items() if ix},
                 interactive=j.get("batch_flag") is False,
                 comment=str(j.get("comment") or ""),
-                restarts=_num(j.get("restart_cnt")) or 0,
+                restarts=slurm_number(j.get("restart_cnt")) or 0,
                 name=str(j.get("name") or ""),
             )
         )

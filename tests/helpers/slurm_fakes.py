@@ -1,23 +1,93 @@
-"""Stand-ins for Slurm's ``scontrol`` (no Slurm here; the integration suite runs the same
-commands against a real slurmctld) and one line of its output in the recorded format."""
+"""Stand-ins for Slurm's ``scontrol`` and ``squeue`` (no Slurm here; the integration suite
+runs the same commands against a real slurmctld), one line of ``scontrol -o show nodes`` in the
+recorded format, and ``squeue --json`` documents made from the real recordings of
+tests/fixtures/slurm/ (squeue-jobs-<release>-recorded.json: README.md there says how)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import stat
 import sys
+from functools import cache
 from pathlib import Path
+from typing import Any
+
+SLURM_FIXTURES = Path(__file__).parents[1] / "fixtures" / "slurm"
+# The releases whose ``squeue --json --states=all`` of the same three jobs is recorded.
+RELEASES = ("22.05", "24.11", "26.05")
+_KEEP: Any = object()
+
+
+@cache
+def _recorded(release: str) -> str:
+    return (SLURM_FIXTURES / f"squeue-jobs-{release}-recorded.json").read_text()
+
+
+def recorded_squeue(release: str) -> dict[str, Any]:
+    """The release's recorded ``squeue --json --states=all`` document (a fresh copy)."""
+    doc: dict[str, Any] = json.loads(_recorded(release))
+    return doc
+
+
+def squeue_job(
+    job: str | int,
+    *,
+    release: str = "22.05",
+    like: int = 2,
+    admin_comment: str | None = _KEEP,
+    comment: str = _KEEP,
+    minutes: int | None = _KEEP,
+    user: str = _KEEP,
+    account: str = _KEEP,
+) -> dict[str, Any]:
+    """Job ``like`` of the release's recording (a real job object: 2 has no AdminComment and a
+    90-minute limit) as job ``job``, the fields given replaced as that release prints them
+    (``time_limit``: minutes or null on 22.05, ``{"set", "infinite", "number"}`` later).
+    ``admin_comment=None`` leaves the key out."""
+    (j,) = [x for x in recorded_squeue(release)["jobs"] if x["job_id"] == like]
+    j = copy.deepcopy(j)
+    j["job_id"] = int(job)
+    if admin_comment is None:
+        del j["admin_comment"]
+    elif admin_comment is not _KEEP:
+        j["admin_comment"] = admin_comment
+    for key, value in (("comment", comment), ("user_name", user), ("account", account)):
+        if value is not _KEEP:
+            j[key] = value
+    if minutes is not _KEEP:
+        j["time_limit"] = (
+            minutes
+            if release == "22.05"
+            else {"set": minutes is not None, "infinite": minutes is None, "number": minutes or 0}
+        )
+    return j
+
+
+def squeue_json(*jobs: dict[str, Any], release: str = "22.05") -> str:
+    """The release's recorded ``squeue --json`` document with ``jobs`` as its job list."""
+    doc = recorded_squeue(release)
+    doc["jobs"] = list(jobs)
+    return json.dumps(doc, indent=2)
 
 
 class RecordingSlurm:
-    """Records scontrol argv (no Slurm here; the integration suite runs these for real)."""
+    """Records scontrol argv in ``calls`` and squeue argv in ``squeue_calls`` (no Slurm here;
+    the integration suite runs these for real); squeue lists no job (``jobs``: the
+    ``squeue --json`` it answers)."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
+        self.squeue_calls: list[tuple[str, ...]] = []
+        self.jobs = squeue_json()
 
     def scontrol(self, *args: str) -> str:
         self.calls.append(args)
         return ""
+
+    def squeue(self, *args: str) -> str:
+        self.squeue_calls.append(args)
+        return self.jobs
 
 
 def node_line(
@@ -44,8 +114,7 @@ def node_line(
 FAKE_SCONTROL = """#!{python}
 # A fake scontrol made for these tests (not Slurm): it records its argv and answers
 # "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
-# with reservations.txt, "-o show job" with jobs.txt, "update", "create" and "delete" with
-# nothing.
+# with reservations.txt, "update", "create" and "delete" with nothing.
 import json, pathlib, sys
 here = pathlib.Path(__file__).parent
 args = sys.argv[1:]
@@ -58,8 +127,6 @@ if args[:3] == ["-o", "show", "nodes"]:
 elif args[:3] == ["-o", "show", "reservation"]:
     r = here / "reservations.txt"
     print(r.read_text() if r.exists() else "No reservations in the system")
-elif args == ["-o", "show", "job"] and (here / "jobs.txt").exists():
-    print((here / "jobs.txt").read_text(), end="")
 elif args[:1] not in (["update"], ["create"], ["delete"]):
     print("scontrol: error: unexpected " + " ".join(args), file=sys.stderr)
     sys.exit(1)

@@ -27,12 +27,14 @@ from coreburst.burst.power import Audit, Power
 from coreburst.sandbox.ec2faults import Ec2Faults, TokenBucket, bucket_for
 from coreburst.sandbox.emulator import AMI, MotoProcess, fake_session
 from tests.helpers.burst import stack_map
+from tests.helpers.slurm_fakes import squeue_json
 
 NODE_TAG = "coreburst-slurm-node"
 
 
 class RecordingSlurm:
-    """Records scontrol argv (no Slurm here; tests/integration/burst runs them for real)."""
+    """Records scontrol argv (no Slurm here; tests/integration/burst runs them for real);
+    squeue lists no job."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, ...]] = []
@@ -40,6 +42,9 @@ class RecordingSlurm:
     def scontrol(self, *args: str) -> str:
         self.calls.append(args)
         return ""
+
+    def squeue(self, *args: str) -> str:
+        return squeue_json()
 
     def addresses(self) -> dict[str, str]:
         out: dict[str, str] = {}

@@ -25,7 +25,7 @@ from coreburst.burst.slurmconf import node_sets, render_gres, render_slurm_inclu
 from infra.config import StackConfigError
 from tests.helpers.aws import fake_aws_env
 from tests.helpers.burst import stack_map
-from tests.helpers.slurm_fakes import RecordingSlurm
+from tests.helpers.slurm_fakes import RecordingSlurm, squeue_job, squeue_json
 
 AMI = "ami-12c6146b"
 OD = {
@@ -261,19 +261,15 @@ def test_the_error_table() -> None:
 
 
 class JobsSlurm(Slurm):
-    """Answers ``scontrol -o show job`` with two jobs in scontrol's one-line layout (scontrol(1)
-    ``-o``; the fields as Slurm 22.05 prints them, made up here)."""
+    """Answers ``squeue --json --states=all`` with two jobs: job 2 of the real 22.05 recording
+    (tests/fixtures/slurm/README.md) as jobs 41 (user alice, account vision) and 42 (user bob,
+    no account: Slurm prints ``""``)."""
 
-    def scontrol(self, *args: str) -> str:
-        super().scontrol(*args)
-        if args[:3] == ("-o", "show", "job"):
-            return (
-                "JobId=41 JobName=train UserId=alice(1001) GroupId=ml(1001) Account=vision "
-                "JobState=CONFIGURING Partition=burst\n"
-                "JobId=42 JobName=eval UserId=bob(1002) GroupId=ml(1002) Account=(null) "
-                "JobState=CONFIGURING Partition=burst\n"
-            )
-        return ""
+    def __init__(self) -> None:
+        super().__init__()
+        self.jobs = squeue_json(
+            squeue_job(41, user="alice", account="vision"), squeue_job(42, user="bob", account="")
+        )
 
 
 def test_instances_carry_the_job_user_and_account_they_were_launched_for(
@@ -300,4 +296,5 @@ def test_instances_carry_the_job_user_and_account_they_were_launched_for(
         "od-2": ("41", "alice", "vision"),
         "od-3": ("42", "bob", None),  # no account: no tag, never "(null)"
     }
-    assert [c for c in slurm.calls if c[:3] == ("-o", "show", "job")] == [("-o", "show", "job")]
+    assert slurm.squeue_calls == [("--json", "--states=all")]
+    assert not [c for c in slurm.calls if c[:3] == ("-o", "show", "job")]

@@ -37,6 +37,7 @@ from coreburst.burst.config import BurstStack, load_burst_stack, parse_burst
 from coreburst.burst.iam import controller_policy, partition_of
 from coreburst.burst.power import Audit, Power
 from tests.helpers.burst import CLUSTERS, stack_map
+from tests.helpers.slurm_fakes import squeue_json
 
 ACCOUNT = "123456789012"
 EC2_MODEL = botocore.session.get_session().get_service_model("ec2")
@@ -240,6 +241,9 @@ def test_partition_and_unknown_account() -> None:
 class _Slurm:
     def scontrol(self, *args: str) -> str:
         return ""
+
+    def squeue(self, *args: str) -> str:
+        return squeue_json()  # no job listed
 
 
 @pytest.fixture

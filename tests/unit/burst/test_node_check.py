@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 
 from coreburst.burst import node_check as health
 from coreburst.burst.cli import app
+from tests.helpers.slurm_fakes import recorded_squeue, squeue_json
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "health"
 HEALTHY = FIX / "p5-healthy"
@@ -148,11 +149,12 @@ def test_the_real_runner_reports_missing_tools_timeouts_and_exit_status(tmp_path
 
 class RecordingSlurm:
     """Records scontrol/squeue calls; squeue answers with the job ids given (made up here in
-    squeue's ``-h -o %A`` form: one id per line)."""
+    squeue's ``-h -o %A`` form: one id per line) and ``--json`` with ``listed`` (default: the
+    22.05 recording's document listing no job)."""
 
-    def __init__(self, jobs: str = "", fail: str | None = None) -> None:
+    def __init__(self, jobs: str = "", fail: str | None = None, listed: str = "") -> None:
         self.calls: list[tuple[str, ...]] = []
-        self.jobs, self.fail = jobs, fail
+        self.jobs, self.fail, self.listed = jobs, fail, listed or squeue_json()
 
     def scontrol(self, *args: str) -> str:
         self.calls.append(("scontrol", *args))
@@ -162,7 +164,9 @@ class RecordingSlurm:
 
     def squeue(self, *args: str) -> str:
         self.calls.append(("squeue", *args))
-        return self.jobs
+        if self.fail and any(self.fail in a for a in args):
+            raise RuntimeError(f"squeue {' '.join(args)} failed (1): {self.fail}")
+        return self.listed if args[:1] == ("--json",) else self.jobs
 
 
 def test_the_gate_takes_a_failed_node_out_and_requeues_its_job_at_once(tmp_path: Path) -> None:
@@ -200,34 +204,33 @@ def test_the_gate_takes_a_failed_node_out_and_requeues_its_job_at_once(tmp_path:
     assert lines[-1] == "node-check od-1: set DOWN, powered down (instance replaced); requeued 41"
 
 
-# A real ``scontrol -o show job`` of Slurm 22.05.8 (tests/fixtures/slurm/README.md): job 1's
-# AdminComment is a site's own text, "site: project=alpha; ticket #42 | ops".
-SHOW_JOB = (FIX.parent / "slurm" / "scontrol-show-job-22.05-recorded.txt").read_text()
+# Real ``squeue --json --states=all`` output of each release (tests/fixtures/slurm/README.md):
+# job 1's AdminComment is a site's own text, "site: project=alpha  Partition=fake | ops", and its
+# user's Comment reads like the rest of a ``scontrol -o`` line.
+SITE_1 = "site: project=alpha  Partition=fake | ops"
 
 
-class CommentedSlurm(RecordingSlurm):
-    def scontrol(self, *args: str) -> str:
-        super().scontrol(*args)
-        return SHOW_JOB if args == ("-o", "show", "job") else ""
-
-
-def test_the_health_note_keeps_the_sites_comment_and_another_kind_of_note() -> None:
+@pytest.mark.parametrize("release", ["22.05", "24.11", "26.05"])
+def test_the_health_note_keeps_the_sites_comment_and_another_kind_of_note(release: str) -> None:
     """Job 1 (the recording: a site's AdminComment) on the failed node: the health note is
-    added after the site's text; read once, with every job."""
-    slurm = CommentedSlurm(jobs="1\n")
+    added after the site's text, exactly, and nothing of the user's Comment; read once, with
+    every job."""
+    listed = json.dumps(recorded_squeue(release))
+    slurm = RecordingSlurm(jobs="1\n", listed=listed)
     health.fail_node(
         "od-1", "gpus: 7 GPUs", slurm, now=lambda: datetime(2026, 12, 4, 1, 2, 3, tzinfo=UTC)
     )
-    assert slurm.calls.count(("scontrol", "-o", "show", "job")) == 1
+    assert slurm.calls.count(("squeue", "--json", "--states=all")) == 1
     (note,) = [c[3] for c in slurm.calls if c[2:3] == ("jobid=1",) and "AdminComment" in c[3]]
     assert note == (
-        "AdminComment=site: project=alpha; ticket #42 | ops | coreburst: burst node od-1 failed "
+        f"AdminComment={SITE_1} | coreburst: burst node od-1 failed "
         "its health check (gpus: 7 GPUs); requeued 2026-12-04 01:02:03Z"
     )
+    assert "keep me" not in note
 
 
 def test_a_job_comment_that_cannot_be_read_is_left_alone() -> None:
-    slurm = RecordingSlurm(jobs="7\n", fail="show")  # scontrol -o show job fails
+    slurm = RecordingSlurm(jobs="7\n", fail="--json")  # squeue --json fails
     events: list[dict[str, object]] = []
     health.fail_node("od-2", "gpus: 7 GPUs", slurm, lambda e, **f: events.append(f))
     assert not [c for c in slurm.calls if any(str(a).startswith("AdminComment=") for a in c)]

@@ -19,7 +19,6 @@ import yaml
 from botocore.validate import ParamValidator
 from moto import mock_aws
 
-from coreburst.burst.admin_comment import comments
 from coreburst.burst.config import BurstStack, SpendGate, gate_limits, load_burst_stack, parse_burst
 from coreburst.burst.cost import slurm_hours
 from coreburst.burst.gate import parse_spend_holds, releasable
@@ -32,7 +31,7 @@ from guardrails.stores.sqlite import State
 from infra.config import StackConfigError
 from tests.helpers.aws import fake_aws_env
 from tests.helpers.burst import _templates, stack_map
-from tests.helpers.slurm_fakes import RecordingSlurm
+from tests.helpers.slurm_fakes import RELEASES, RecordingSlurm, recorded_squeue
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "slurm"
 
@@ -105,8 +104,8 @@ def test_resume_launches_tags_and_tells_slurm(power: Power, ec2: Any, tmp_path: 
     assert isinstance(slurm, RecordingSlurm)
     # One read of the jobs' owners (instance tags), one address update, then each job is
     # told what it costs. Slurm shows neither job here, so each counts the partition's MaxTime.
-    owners, update, *notes = slurm.calls
-    assert owners == ("-o", "show", "job")
+    assert slurm.squeue_calls == [("--json", "--states=all")]
+    update, *notes = slurm.calls
     assert [n[:2] for n in notes] == [("update", "jobid=7"), ("update", "jobid=8")]
     assert notes[0][2].startswith(
         "AdminComment=coreburst: bursting on od-[1-2] (2 x p5.48xlarge on-demand): $"
@@ -303,21 +302,18 @@ NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 SHOW_JOB = (FIXTURES / "scontrol-show-job-22.05-recorded.txt").read_text().splitlines()
 
 
-def job_line(job: str, limit: str = "UNLIMITED", comment: str | None = None) -> str:
+def job_line(job: str, limit: str = "UNLIMITED") -> str:
     line = next(x for x in SHOW_JOB if x.startswith("JobId=2 "))
-    line = line.replace("JobId=2 ", f"JobId={job} ", 1).replace(
+    return line.replace("JobId=2 ", f"JobId={job} ", 1).replace(
         "TimeLimit=UNLIMITED", f"TimeLimit={limit}", 1
     )
-    if comment is not None:  # where Slurm prints it (src/api/job_info.c), as the recording shows
-        line = line.replace("WorkDir=/work/main ", f"WorkDir=/work/main AdminComment={comment}  ")
-    return line
 
 
 class AnsweringSlurm(RecordingSlurm):
-    """Records argv and answers ``-o show job`` / ``-o show reservation`` in scontrol's
+    """Records argv and answers ``-o show job N`` / ``-o show reservation`` in scontrol's
     one-line format (job lines: :func:`job_line`, from a real 22.05 recording; reservations
     made up, in the format tests/integration/burst/test_spend_gate.py reads from the real
-    scontrol)."""
+    scontrol); squeue lists no job."""
 
     def __init__(self, limits: dict[str, str], reservations: list[str] | None = None) -> None:
         super().__init__()
@@ -326,8 +322,6 @@ class AnsweringSlurm(RecordingSlurm):
 
     def scontrol(self, *args: str) -> str:
         self.calls.append(args)
-        if args == ("-o", "show", "job"):  # every job: the owners for the instance tags
-            return ""
         if args[:3] == ("-o", "show", "job"):
             limit = self.limits.get(args[3])
             if limit is None:
@@ -625,43 +619,50 @@ def test_gate_with_a_scope_the_guardrails_lack_holds(ec2: Any, tmp_path: Path) -
 
 # -- the job's AdminComment -----------------------------------------------------------------
 class CommentedSlurm(RecordingSlurm):
-    """Answers the one read of every job with the real 22.05 recording of job 1, whose
-    AdminComment holds a site's own text (tests/fixtures/slurm/README.md), then keeps what
-    each ``update jobid=1 AdminComment=`` sets, as slurmctld does."""
+    """Answers the one read of every job (``squeue --json --states=all``) with the release's
+    real recording (tests/fixtures/slurm/README.md): job 1's AdminComment holds a site's own
+    text, its Comment a user's text that reads like Slurm fields; then keeps what each
+    ``update jobid=1 AdminComment=`` sets, as slurmctld does."""
 
-    def __init__(self) -> None:
+    def __init__(self, release: str) -> None:
         super().__init__()
-        (self.comment,) = [
-            line
-            for line in SHOW_JOB
-            if line.startswith("JobId=1 ")  # AdminComment=site: project=alpha; ticket #42 | ops
-        ]
+        self.doc = recorded_squeue(release)
+        (self.job,) = [j for j in self.doc["jobs"] if j["job_id"] == 1]
+        self.user_comment = self.job["comment"]
+
+    @property
+    def comment(self) -> str:
+        got = self.job["admin_comment"]
+        assert isinstance(got, str)
+        return got
+
+    def squeue(self, *args: str) -> str:
+        self.squeue_calls.append(args)
+        return json.dumps(self.doc)
 
     def scontrol(self, *args: str) -> str:
         self.calls.append(args)
-        if args == ("-o", "show", "job"):
-            return self.comment + "\n"
         if args[:2] == ("update", "jobid=1") and args[2].startswith("AdminComment="):
-            value = args[2].removeprefix("AdminComment=")
-            self.comment = job_line("1", comment=value)
+            self.job["admin_comment"] = args[2].removeprefix("AdminComment=")
         return ""
 
 
 def _comment_now(slurm: CommentedSlurm) -> str:
-    got = comments(slurm.comment)["1"]
-    assert got is not None
-    return got
+    assert slurm.job["comment"] == slurm.user_comment  # the user's own is never touched
+    return slurm.comment
 
 
+@pytest.mark.parametrize("release", RELEASES)
 def test_a_sites_comment_survives_and_two_kinds_of_note_coexist(
-    ec2: Any, stack: BurstStack, tmp_path: Path
+    ec2: Any, stack: BurstStack, tmp_path: Path, release: str
 ) -> None:
     """A launch that fails for job 1 says why (requeue), then one that works says what it
-    costs (burst): both notes stand, newest first, after the site's own text; the job's
-    comment is read once per run, with the owners."""
+    costs (burst): both notes stand, newest first, after the site's own text (with its two
+    spaces and ``Partition=``), nothing of the user's Comment; the job's comment is read once
+    per run, with the owners."""
     _templates(ec2, "t", ["od", "sp", "trn"])
-    site = "site: project=alpha; ticket #42 | ops"
-    slurm = CommentedSlurm()
+    site = "site: project=alpha  Partition=fake | ops"
+    slurm = CommentedSlurm(release)
     assert _comment_now(slurm) == site
     f = _resume_file(tmp_path, [{"job_id": 1, "nodes": "od-1"}])
 
@@ -685,20 +686,20 @@ def test_a_sites_comment_survives_and_two_kinds_of_note_coexist(
     ok = Power(stack, ec2, slurm, Audit(tmp_path / "a.jsonl"))
     assert list(ok.resume("od-1", f).launched) == ["od-1"]
     parts = _comment_now(slurm).split(" | ")
-    assert parts[:2] == ["site: project=alpha; ticket #42", "ops"]
+    assert parts[:2] == ["site: project=alpha  Partition=fake", "ops"]
     assert parts[2].startswith("coreburst: bursting on od-1 (1 x p5.48xlarge on-demand): $")
     assert parts[3] == after_fail.split(" | ")[2]  # the launch failure is still said
     assert len(parts) == 4
+    assert "keep me" not in _comment_now(slurm)
     # each run read every job once (owners, comments), and wrote each note once
-    reads = [c for c in slurm.calls if c == ("-o", "show", "job")]
     notes = [c for c in slurm.calls if c[:2] == ("update", "jobid=1")]
-    assert len(reads) == 2 and len(notes) == 2
+    assert slurm.squeue_calls == [("--json", "--states=all")] * 2 and len(notes) == 2
 
 
 def test_a_comment_that_cannot_be_read_is_not_overwritten(
     ec2: Any, stack: BurstStack, tmp_path: Path
 ) -> None:
-    """scontrol cannot list the jobs: the launch goes on, but no AdminComment is written
+    """Slurm cannot list the jobs: the launch goes on, but no AdminComment is written
     (it would replace a site's text unseen)."""
 
     class Failing(RecordingSlurm):
@@ -709,6 +710,10 @@ def test_a_comment_that_cannot_be_read_is_not_overwritten(
                     "scontrol -o show failed (1): Unable to contact slurm controller"
                 )
             return ""
+
+        def squeue(self, *args: str) -> str:
+            self.squeue_calls.append(args)
+            raise RuntimeError("squeue --json --states=all failed (1): Unable to contact slurm")
 
     _templates(ec2, "t", ["od", "sp", "trn"])
     slurm = Failing()

@@ -35,7 +35,14 @@ from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State
 from tests.helpers.burst import STACK, _templates, launch, stack_map
-from tests.helpers.slurm_fakes import FakeSlurm, RecordingSlurm, node_line
+from tests.helpers.slurm_fakes import (
+    RELEASES,
+    FakeSlurm,
+    RecordingSlurm,
+    node_line,
+    squeue_job,
+    squeue_json,
+)
 
 
 @pytest.fixture
@@ -757,25 +764,29 @@ def test_spot_waiting_picks_spot_only_jobs_pending_long_enough() -> None:
 
 
 FAKE_SQUEUE = """#!/bin/sh
-# A fake squeue made for this test (not Slurm): pending spot jobs in the -o %i|%P|%V format.
-cat "$(dirname "$0")/squeue.txt"
+# A fake squeue made for this test (not Slurm): it records its argv; "--json ..." answers with
+# jobs.json, anything else with pending spot jobs in the -o %i|%P|%V format (squeue.txt).
+here="$(dirname "$0")"
+echo "$*" >> "$here/squeue-calls.txt"
+case "$1" in
+  --json) cat "$here/jobs.json" ;;
+  *) cat "$here/squeue.txt" ;;
+esac
 """
 
 
+@pytest.mark.parametrize("release", RELEASES)
 def test_spot_fallback_adds_its_reason_and_keeps_the_sites_comment(
-    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path, release: str
 ) -> None:
     """Job 11 waited 20 min for spot: the on-demand partition is added with the reason as a
-    coreburst note after the job's own AdminComment (a real 22.05 ``scontrol -o show job``
-    line, tests/fixtures/slurm/README.md, job id and AdminComment from job 1 of that
-    recording), which is read once for all jobs."""
-    recorded = Path(__file__).parents[2] / "fixtures" / "slurm"
-    (job1,) = [
-        line
-        for line in (recorded / "scontrol-show-job-22.05-recorded.txt").read_text().splitlines()
-        if line.startswith("JobId=1 ")
-    ]
-    (slurm.dir / "jobs.txt").write_text(job1.replace("JobId=1 ", "JobId=11 ", 1) + "\n")
+    coreburst note after the job's own AdminComment (job 1 of the release's real
+    ``squeue --json --states=all`` recording, tests/fixtures/slurm/README.md, as job 11: a
+    site's text with two spaces and ``Partition=``, a user's Comment that reads like Slurm
+    fields), which is read once for all jobs; the user's Comment is not in the note."""
+    (slurm.dir / "jobs.json").write_text(
+        squeue_json(squeue_job(11, like=1, release=release), release=release)
+    )
     submitted = datetime.now(UTC) + timedelta(hours=1) - timedelta(minutes=20)
     (slurm.dir / "squeue.txt").write_text(f"11|spot|{submitted:%Y-%m-%dT%H:%M:%S}\n")
     squeue = slurm.dir / "squeue"
@@ -786,8 +797,11 @@ def test_spot_fallback_adds_its_reason_and_keeps_the_sites_comment(
     (update,) = [c for c in slurm.updates() if c[1:2] == ["jobid=11"]]
     assert update[2] == "partition=spot,burst"
     assert update[3].startswith(
-        "AdminComment=site: project=alpha; ticket #42 | ops | coreburst: pending 0:20:"
+        "AdminComment=site: project=alpha  Partition=fake | ops | coreburst: pending 0:20:"
     )
     assert update[3].endswith("burst added; the burst spend gate checks the on-demand price")
-    assert slurm.calls().count(["-o", "show", "job"]) == 1
+    assert "keep me" not in update[3] and len(update) == 4
+    squeued = (slurm.dir / "squeue-calls.txt").read_text().splitlines()
+    assert squeued.count("--json --states=all") == 1
+    assert not [c for c in slurm.calls() if c[:3] == ["-o", "show", "job"]]
     assert [e["job"] for e in audit if e.get("event") == "burst.spot_fallback"] == ["11"]

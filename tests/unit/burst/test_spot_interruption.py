@@ -37,7 +37,7 @@ from guardrails.daemon import Daemon
 from guardrails.rules import REGISTRY
 from guardrails.stores.sqlite import State
 from tests.helpers.burst import AMI
-from tests.helpers.slurm_fakes import node_line
+from tests.helpers.slurm_fakes import node_line, squeue_job, squeue_json
 
 EVENTS = Path(__file__).resolve().parents[2] / "fixtures" / "aws" / "events"
 T0 = datetime(2026, 12, 4, 1, 0, tzinfo=UTC)
@@ -46,8 +46,8 @@ FAKE_TOOL = """#!{python}
 # A fake Slurm client made for these tests (not Slurm), installed as scontrol, squeue and
 # scancel: it records its name and argv, answers "scontrol -o show nodes" with nodes.txt,
 # "scontrol -o show job N" with job-N.txt (or Slurm's "Invalid job id specified" error),
-# "scontrol -o show job" with every job-N.txt,
-# squeue with squeue.txt, and every other call with nothing.
+# "squeue --json ..." with squeue-json.txt, any other squeue with squeue.txt, and every other
+# call with nothing.
 import json, pathlib, sys
 here = pathlib.Path(sys.argv[0]).parent
 tool, args = pathlib.Path(sys.argv[0]).name, sys.argv[1:]
@@ -58,14 +58,13 @@ def show(name):
     print(p.read_text() if p.exists() else "", end="")
 if tool == "scontrol" and args[:3] == ["-o", "show", "nodes"]:
     show("nodes.txt")
-elif tool == "scontrol" and args == ["-o", "show", "job"]:
-    for p in sorted(here.glob("job-*.txt")):
-        show(p.name)
 elif tool == "scontrol" and args[:3] == ["-o", "show", "job"]:
     if not (here / f"job-{{args[3]}}.txt").exists():
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
         sys.exit(1)
     show(f"job-{{args[3]}}.txt")
+elif tool == "squeue" and args[:1] == ["--json"]:
+    show("squeue-json.txt")
 elif tool == "squeue":
     show("squeue.txt")
 """
@@ -107,6 +106,22 @@ class FakeSlurm:
             exe = bin_dir / tool
             exe.write_text(FAKE_TOOL.format(python=sys.executable))
             exe.chmod(exe.stat().st_mode | stat.S_IEXEC)
+        (self.dir / "squeue-json.txt").write_text(squeue_json())
+
+    def job(
+        self, jid: str, state: str, restarts: int, node: str = "sp-1", comment: str = ""
+    ) -> None:
+        """Job ``jid`` as ``scontrol -o show job N`` prints it (:func:`job_line`) and in
+        ``squeue --json --states=all`` (job 2 of the real 22.05 recording: squeue_job), with
+        ``comment`` as its AdminComment."""
+        (self.dir / f"job-{jid}.txt").write_text(
+            job_line(jid, state, restarts, node, comment or None) + "\n"
+        )
+        obj = squeue_job(jid, admin_comment=comment)
+        obj.update(job_state=state, restart_cnt=restarts, nodes=node, partition="spot")
+        (self.dir / f"job-{jid}.json").write_text(json.dumps(obj))
+        listed = [json.loads(p.read_text()) for p in sorted(self.dir.glob("job-*.json"))]
+        (self.dir / "squeue-json.txt").write_text(squeue_json(*listed))
 
     def node(self, state: str, reason: str = "", boot: str = "2026-12-04T00:50:00") -> None:
         lines = [node_line("sp-1", state, reason, boot), node_line("core1", "IDLE")]
@@ -117,7 +132,7 @@ class FakeSlurm:
         rows = ""
         for job, (state, restarts) in jobs.items():
             jid = job.lstrip("j")
-            (self.dir / f"job-{jid}.txt").write_text(job_line(jid, state, restarts) + "\n")
+            self.job(jid, state, restarts)
             if state == "RUNNING":
                 rows += f"{jid:<40} {restarts:<12} \n"
         (self.dir / "squeue.txt").write_text(rows)
@@ -352,25 +367,21 @@ def test_warning_drains_signals_then_requeues_after_grace_and_returns_the_node(
 def test_the_spot_notes_keep_the_sites_comment_and_the_bursting_note(world: World) -> None:
     """Job 42's AdminComment holds a site's text and the resume program's bursting note (a
     note of another kind): the warning, then the requeue, replace only each other."""
-    site = "site: project=alpha; ticket #42 | ops"  # as recorded (tests/fixtures/slurm)
+    site = "site: project=alpha  Partition=fake | ops"  # as recorded (tests/fixtures/slurm)
     burst = "coreburst: bursting on sp-1 (1 x p5en.48xlarge spot): $30.00/h"
     iid = world.launch()
     world.slurm.jobs(j42=("RUNNING", 0))
-    (world.slurm.dir / "job-42.txt").write_text(
-        job_line("42", "RUNNING", 0, comment=f"{site} | {burst}") + "\n"
-    )
+    world.slurm.job("42", "RUNNING", 0, comment=f"{site} | {burst}")
     world.send("spot_interruption_warning.json", iid)
     world.cycle()
     (note,) = [c for c in world.slurm.writes() if c[1:3] == ["update", "jobid=42"]]
     parts = note[3].removeprefix("AdminComment=").split(" | ")
-    assert parts[:2] == ["site: project=alpha; ticket #42", "ops"] and parts[3] == burst
+    assert parts[:2] == ["site: project=alpha  Partition=fake", "ops"] and parts[3] == burst
     assert parts[2].startswith("coreburst: spot interruption warning") and len(parts) == 4
-    assert world.slurm.calls().count(["scontrol", "-o", "show", "job"]) == 1
+    assert world.slurm.calls().count(["squeue", "--json", "--states=all"]) == 1
 
     world.slurm.clear()  # Slurm now shows the note written above
-    (world.slurm.dir / "job-42.txt").write_text(
-        job_line("42", "RUNNING", 0, comment=" | ".join(parts)) + "\n"
-    )
+    world.slurm.job("42", "RUNNING", 0, comment=" | ".join(parts))
     world.slurm.node("ALLOCATED+CLOUD+DRAIN", f"{REASON_PREFIX}interruption {iid}")
     world.clock.advance(timedelta(seconds=91))
     world.cycle()
@@ -378,10 +389,12 @@ def test_the_spot_notes_keep_the_sites_comment_and_the_bursting_note(world: Worl
     after = note[3].removeprefix("AdminComment=").split(" | ")
     assert after[:2] == parts[:2] and after[3] == burst and len(after) == 4
     assert after[2].startswith("coreburst: requeued 2026-12-04 01:01:31Z")
-    # the requeue read the job once (its state), and the note used that read
+    # the requeue read the job's state once (scontrol), the note every job's comment once
+    # (squeue --json)
     assert [c for c in world.slurm.calls() if c[1:4] == ["-o", "show", "job"]] == [
         ["scontrol", "-o", "show", "job", "42"]
     ]
+    assert world.slurm.calls().count(["squeue", "--json", "--states=all"]) == 1
 
 
 def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
@@ -395,7 +408,7 @@ def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
     # Job 8 was requeued meanwhile by someone else and runs elsewhere (its restart count
     # moved on); job 7 still runs on sp-1. EC2 takes the instance.
     world.slurm.jobs(j7=("RUNNING", 0))
-    (world.slurm.dir / "job-8.txt").write_text(job_line("8", "RUNNING", 3, node="sp-2") + "\n")
+    world.slurm.job("8", "RUNNING", 3, node="sp-2")
     world.ec2.terminate_instances(InstanceIds=[iid])
     _, events = world.cycle(grace="10m")
     assert [c for c in world.slurm.writes() if c[1] == "requeue"] == [["scontrol", "requeue", "7"]]
