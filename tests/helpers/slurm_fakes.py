@@ -114,7 +114,8 @@ def node_line(
 FAKE_SCONTROL = """#!{python}
 # A fake scontrol made for these tests (not Slurm): it records its argv and answers
 # "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
-# with reservations.txt, "update", "create" and "delete" with nothing.
+# with reservations.txt, "update", "create" and "delete" with nothing (a job update with
+# update-refused.txt's text on stderr and exit 1, once, when that file is there).
 import json, pathlib, sys
 here = pathlib.Path(__file__).parent
 args = sys.argv[1:]
@@ -127,6 +128,12 @@ if args[:3] == ["-o", "show", "nodes"]:
 elif args[:3] == ["-o", "show", "reservation"]:
     r = here / "reservations.txt"
     print(r.read_text() if r.exists() else "No reservations in the system")
+elif args[:2] == ["update", args[1]] and args[1].startswith("jobid=") and (
+    here / "update-refused.txt"
+).exists():
+    print((here / "update-refused.txt").read_text(), end="", file=sys.stderr)
+    (here / "update-refused.txt").unlink()
+    sys.exit(1)
 elif args[:1] not in (["update"], ["create"], ["delete"]):
     print("scontrol: error: unexpected " + " ".join(args), file=sys.stderr)
     sys.exit(1)

@@ -805,3 +805,32 @@ def test_spot_fallback_adds_its_reason_and_keeps_the_sites_comment(
     assert squeued.count("--json --states=all") == 1
     assert not [c for c in slurm.calls() if c[:3] == ["-o", "show", "job"]]
     assert [e["job"] for e in audit if e.get("event") == "burst.spot_fallback"] == ["11"]
+
+
+def test_a_refused_spot_fallback_is_not_said_done_and_is_decided_again(
+    ec2: Any, slurm: FakeSlurm, tmp_path: Path
+) -> None:
+    """slurmctld 24.11 and 26.05 refuse a partition change for some seconds after a job's
+    submission (scontrol: "Resource temporarily unavailable for job N", exit 1; seen on the
+    lab, tests/integration/burst/test_capacity.py): that cycle says the action failed and not
+    that the job fell back; the next cycle moves it, and says so once."""
+    (slurm.dir / "jobs.json").write_text(
+        squeue_json(squeue_job(11, like=2, release="24.11"), release="24.11")
+    )
+    submitted = datetime.now(UTC) + timedelta(hours=1) - timedelta(minutes=20)
+    (slurm.dir / "squeue.txt").write_text(f"11|spot|{submitted:%Y-%m-%dT%H:%M:%S}\n")
+    squeue = slurm.dir / "squeue"
+    squeue.write_text(FAKE_SQUEUE)
+    squeue.chmod(squeue.stat().st_mode | stat.S_IEXEC)
+    (slurm.dir / "update-refused.txt").write_text("Resource temporarily unavailable for job 11\n")
+    extra = ", spot_fallback: true, spot_fallback_after: 10m"
+    report, audit = cycle(tmp_path, slurm, extra=extra)
+    assert [e for e in audit if e.get("event") == "burst.spot_fallback"] == []
+    (failed,) = [e for e in audit if e.get("event") == "action.failed"]
+    assert failed["key"] == "burst-spot-fallback:11"
+    assert "Resource temporarily unavailable for job 11" in str(failed["error"])
+    report, audit = cycle(tmp_path, slurm, extra=extra)
+    assert not report.errors, report.errors
+    assert [e["job"] for e in audit if e.get("event") == "burst.spot_fallback"] == ["11"]
+    moved = [c for c in slurm.updates() if c[1:3] == ["jobid=11", "partition=spot,burst"]]
+    assert len(moved) == 2  # refused, then taken
