@@ -7,6 +7,7 @@ $ coreburst onprem validate --inventory fleet.yaml
 $ coreburst core report --config guardrails.yaml --since 7d --plot core.png
 $ coreburst cost report --since 30d --scenario coreburst/tco/examples/team8_85pct.yaml
 $ coreburst prices import AmazonEC2-us-east-1.json --region us-east-1
+$ coreburst --version
 
 ``coreburst guardrails --help`` imports the guardrails CLI and nothing of Pulumi, Ansible or
 matplotlib (tests/unit/test_architecture.py measures it): a command's module is imported when
@@ -16,7 +17,8 @@ that command runs or shows its own help, never to list the others.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+import importlib.metadata
+from typing import Annotated, Any
 
 import typer
 import typer.main
@@ -149,8 +151,36 @@ app = typer.Typer(
 )
 
 
+DISTRIBUTION = "coreburst"
+
+
+def version() -> str:
+    """The installed distribution's version (the wheel's metadata, not a copy in the code)."""
+    try:
+        return importlib.metadata.version(DISTRIBUTION)
+    except importlib.metadata.PackageNotFoundError:
+        # Imported from a checkout that was never installed: no metadata to read.
+        return "unknown (not installed: run make setup, or pip install the wheel)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"coreburst {version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            help="Print the installed coreburst version and exit.",
+        ),
+    ] = False,
+) -> None:
     """coreburst: provisioning, policies and cost guardrails for hybrid GPU fleets."""
 
 

@@ -1,6 +1,7 @@
 """``coreburst burst``: Slurm configuration and power programs for burst nodes.
 
 $ coreburst burst slurm-conf --stack prod --out /etc/slurm/coreburst
+$ sudo /opt/coreburst/bin/coreburst burst install --stack prod --stack-dir /etc/coreburst
 $ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
 $ coreburst burst suspend 'p5-[1-4]' --stack prod
 $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
@@ -75,6 +76,31 @@ def _stack(stack: str, stack_dir: Path) -> BurstStack:
         raise _fail(str(exc)) from None
 
 
+SlurmReleaseOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="The controller's Slurm release (e.g. 22.05), which some lines depend on; "
+        "default: the Slurm installed here (slurmctld -V, else scontrol -V)."
+    ),
+]
+
+
+def _release(slurm_release: str | None) -> tuple[int, int] | None:
+    if slurm_release is not None:
+        release = parse_release(slurm_release)
+        if release is None or release[0] < 20:
+            raise _fail(f"--slurm-release {slurm_release!r}: not a Slurm release; e.g. 24.11")
+        return release
+    release = installed_release()
+    if release is None:
+        typer.echo(
+            "warning: no Slurm here to tell the controller's release: rendered "
+            "for 23.02 and later (on 22.05 pass --slurm-release 22.05)",
+            err=True,
+        )
+    return release
+
+
 @app.command("slurm-conf")
 def slurm_conf(  # noqa: PLR0917 (typer: one parameter per option)
     stack: StackOpt,
@@ -87,34 +113,54 @@ def slurm_conf(  # noqa: PLR0917 (typer: one parameter per option)
         ),
     ] = None,
     cli: Annotated[
-        str, typer.Option(help="Command the rendered programs run (before 'resume ...').")
+        str,
+        typer.Option(
+            help="Command the rendered programs run (before 'resume ...'); slurmctld runs "
+            "them with a bare PATH, so give coreburst's absolute path, e.g. "
+            "'/opt/coreburst/bin/coreburst burst' (coreburst burst install does)."
+        ),
     ] = "coreburst burst",
     env_file: Annotated[
         str, typer.Option(help="Shell file the programs source first (export AWS_... there).")
     ] = "/etc/coreburst/burst.env",
-    slurm_release: Annotated[
-        str | None,
+    slurm_release: SlurmReleaseOpt = None,
+    site_conf: Annotated[
+        Path | None,
         typer.Option(
-            help="The controller's Slurm release (e.g. 22.05), which some lines depend on; "
-            "default: the Slurm installed here (slurmctld -V, else scontrol -V)."
+            help="The site's slurm.conf: its SlurmctldParameters, CommunicationParameters and "
+            "PrivateData entries are kept in the fragment's lines, and every setting the "
+            "fragment overrides is named on stderr."
+        ),
+    ] = None,
+    controller_stack_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where the controller keeps the stack file, which the rendered programs "
+            "read (rendering elsewhere for Ansible); default: --stack-dir, made absolute."
         ),
     ] = None,
 ) -> None:
     """Render the burst side of slurm.conf (an Include) and gres.conf from the stack."""
-    if slurm_release is not None:
-        release = parse_release(slurm_release)
-        if release is None or release[0] < 20:
-            raise _fail(f"--slurm-release {slurm_release!r}: not a Slurm release; e.g. 24.11")
-    else:
-        release = installed_release()
-        if release is None:
-            typer.echo(
-                "warning: no Slurm here to tell the controller's release: rendered "
-                "for 23.02 and later (on 22.05 pass --slurm-release 22.05)",
-                err=True,
-            )
+    if controller_stack_dir is not None and not controller_stack_dir.is_absolute():
+        raise _fail(f"--controller-stack-dir {controller_stack_dir}: give an absolute path")
+    release = _release(slurm_release)
     s = _stack(stack, stack_dir)
-    include = render_slurm_include(s, slurm_release=release)
+    site = None
+    if site_conf is not None:
+        from coreburst.burst.install import InstallError, read_site_conf
+
+        if not site_conf.is_file():
+            raise _fail(f"--site-conf {site_conf}: no such file; give the site's slurm.conf")
+        try:
+            site = read_site_conf(site_conf)
+        except InstallError as exc:
+            raise _fail(str(exc)) from None
+    include = render_slurm_include(s, slurm_release=release, site=site)
+    if site is not None:
+        from coreburst.burst.merge import conflicts
+
+        for line in conflicts(include, site):
+            typer.echo(f"warning: {line}", err=True)
     gres = render_gres(s)
     resv = reservation_commands(s, datetime.now(UTC))
     resv_sh = "#!/bin/sh\n# Hold Capacity Block nodes outside their block.\nset -e\n" + "".join(
@@ -142,11 +188,106 @@ def slurm_conf(  # noqa: PLR0917 (typer: one parameter per option)
         }
         for kind, target in programs.items():
             p = out / Path(target).name
-            p.write_text(render_program(kind, s, argv, str(stack_dir.resolve()), env_file))
+            where = controller_stack_dir or stack_dir.resolve()
+            p.write_text(render_program(kind, s, argv, str(where), env_file))
             p.chmod(0o755)
     except OSError as exc:
         raise _fail(f"cannot write {out}: {exc.strerror}") from None
     typer.echo(f"wrote {out}: burst.conf, gres-burst.conf, reservations.sh and 3 programs")
+
+
+@app.command()
+def install(  # noqa: PLR0917 (typer: one parameter per option)
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    slurm_conf: Annotated[
+        Path, typer.Option(help="The slurm.conf slurmctld reads (gets one Include line).")
+    ] = Path("/etc/slurm/slurm.conf"),
+    prefix: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where burst.conf and coreburst-reservations.sh go; default: slurm.conf's "
+            "directory (configless burst nodes need it there)."
+        ),
+    ] = None,
+    env_file: Annotated[
+        Path, typer.Option(help="The file the programs source (root:SlurmGroup 0640).")
+    ] = Path("/etc/coreburst/burst.env"),
+    state_dir: Annotated[
+        Path,
+        typer.Option(
+            help="Where the spend gate writes its commitments (the guardrails state's "
+            "directory): SlurmUser's, 2770."
+        ),
+    ] = Path("/var/lib/coreburst"),
+    slurm_user: Annotated[
+        str | None,
+        typer.Option(help="SlurmUser, who runs the programs; default: slurm.conf's SlurmUser."),
+    ] = None,
+    systemd_dir: Annotated[
+        Path, typer.Option(help="Where the agent's unit goes (coreburst:burst.agentSocket).")
+    ] = Path("/etc/systemd/system"),
+    cli: Annotated[
+        str | None,
+        typer.Option(help="Command the programs run; default: this coreburst's absolute path."),
+    ] = None,
+    slurm_release: SlurmReleaseOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would change; write nothing.")
+    ] = False,
+) -> None:
+    """Install the controller side on the slurmctld host, as root: burst.conf and its Include, gres.conf's burst block, the three programs (absolute paths), the env file, the agent unit, and the directories SlurmUser writes. A second run changes nothing.
+
+    $ sudo /opt/coreburst/bin/coreburst burst install --stack prod --stack-dir /etc/coreburst"""  # noqa: E501
+    from coreburst.burst import install as inst
+
+    release = _release(slurm_release)
+    s = _stack(stack, stack_dir)
+    if os.geteuid() != 0 and not dry_run:
+        raise _fail("install sets owners (root, SlurmUser): run it as root (sudo), or --dry-run")
+    try:
+        argv = shlex.split(cli) if cli is not None else None
+        opts = inst.Options(
+            stack_dir=stack_dir,
+            slurm_conf=slurm_conf,
+            prefix=prefix,
+            env_file=env_file,
+            state_dir=state_dir,
+            systemd_dir=systemd_dir,
+            slurm_user=slurm_user,
+            cli=argv or None,
+            slurm_release=release,
+        )
+        plan = inst.plan(s, opts)
+    except ValueError as exc:
+        raise _fail(f"--cli: {exc} (quote it as a shell would)") from None
+    except inst.InstallError as exc:
+        raise _fail(str(exc)) from None
+    for line in plan.warnings:
+        typer.echo(f"warning: {line}", err=True)
+    try:
+        changed = inst.apply(plan, dry_run=dry_run, echo=typer.echo)
+    except OSError as exc:
+        raise _fail(f"install stopped at {exc.filename}: {exc.strerror}") from None
+    checked = inst.checked(plan)
+    if not changed:
+        typer.echo(f"nothing to change: stack {stack} is installed ({checked} paths checked)")
+    else:
+        done = "would change" if dry_run else "changed"
+        typer.echo(f"{done} {len(changed)} of {checked} paths for stack {stack}")
+    for note in plan.notes:
+        typer.echo(f"note: {note}")
+    if changed and not dry_run:
+        if plan.slurm_files & set(changed):
+            typer.echo(
+                "next: scontrol reconfigure (restart slurmctld instead when burst nodes were "
+                "added or removed; on Slurm 22.05 every slurmd too)"
+            )
+        if plan.unit is not None:  # an upgrade too: the agent's children run its code
+            typer.echo(
+                "next: systemctl daemon-reload && systemctl enable coreburst-burst-agent && "
+                "systemctl restart coreburst-burst-agent"
+            )
 
 
 def _setup_logs(s: BurstStack) -> Audit:

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 
 from coreburst.burst.config import BurstStack
 from coreburst.burst.hostlist import compress
+from coreburst.burst.merge import RULES, ConfLine, list_note, merge_list
 from coreburst.common.catalog import Catalog, load_catalog
 
 # Slurm's largest TreeWidth: slurmctld talks to each cloud node directly, since nodes that are
@@ -141,11 +142,24 @@ def _node_lines(ns: NodeSet, port_of: dict[str, int]) -> list[str]:
 CLOUD_SHOWN_SINCE = (23, 2)
 
 
+def _set(key: str, value: object, site: list[ConfLine] | None = None) -> list[str]:
+    """``Key=value`` with the merge rule above it (coreburst/burst/merge.py)."""
+    rule = RULES[key]
+    note = list_note(site, key) if rule.kind == "list" else ""
+    return [f"# merge: {rule.comment}{note}", f"{key}={value}"]
+
+
 def render_slurm_include(
-    stack: BurstStack, catalog: Catalog | None = None, slurm_release: tuple[int, int] | None = None
+    stack: BurstStack,
+    catalog: Catalog | None = None,
+    slurm_release: tuple[int, int] | None = None,
+    site: list[ConfLine] | None = None,
 ) -> str:
-    """The text to ``Include`` from the site's slurm.conf, after its own nodes and partitions."""
+    """The text to ``Include`` from the site's slurm.conf, after its own nodes and partitions.
+    With ``site`` (the site's slurm.conf, :func:`coreburst.burst.merge.parse_conf`) the comma
+    lists it replaces carry the site's entries too."""
     s = stack.settings
+    known = site or []
     sets = node_sets(stack, catalog)
     port_of: dict[str, int] = {}
     if s.slurmd_port_base is not None:
@@ -160,35 +174,39 @@ def render_slurm_include(
         params.append("cloud_reg_addrs")
     if s.node is not None and s.node.conf_mode == "configless":
         # slurm.conf(5): burst nodes started with --conf-server fetch their config from
-        # slurmctld only with enable_configless; this line replaces the site's own value.
+        # slurmctld only with enable_configless.
         params.append("enable_configless")
     lines = [
         f"# coreburst burst nodes for stack {stack.name!r} (coreburst burst slurm-conf).",
         "# Generated: edit Pulumi.<stack>.yaml (coreburst:clusters, coreburst:burst), not this.",
-        "# SlurmctldParameters replaces any earlier value: merge the site's own entries here.",
+        "# Include it below the site's own settings, nodes and partitions: slurm.conf keeps the",
+        "# last value of a key, so each line marked 'merge:' replaces the site's (docs/burst.md,",
+        "# 'Merging with the site's slurm.conf').",
         "# ---- power saving ----",
-        f"ResumeProgram={s.resume_program}",
-        f"SuspendProgram={s.suspend_program}",
-        f"ResumeFailProgram={s.resume_fail_program}",
-        f"SuspendTime={s.suspend_time}",
-        f"ResumeTimeout={s.resume_timeout}",
-        f"SuspendTimeout={s.suspend_timeout}",
-        # A batch job waits for its node to boot rather than failing after the default 10 s.
-        f"BatchStartTimeout={s.resume_timeout}",
-        "ResumeRate=0",
-        "SuspendRate=0",
+        *_set("ResumeProgram", s.resume_program),
+        *_set("SuspendProgram", s.suspend_program),
+        *_set("ResumeFailProgram", s.resume_fail_program),
+        *_set("SuspendTime", s.suspend_time),
+        *_set("ResumeTimeout", s.resume_timeout),
+        *_set("SuspendTimeout", s.suspend_timeout),
+        *_set("BatchStartTimeout", s.resume_timeout),
+        *_set("ResumeRate", 0),
+        *_set("SuspendRate", 0),
     ]
     if s.core_nodes:
-        lines.append(f"SuspendExcNodes={s.core_nodes}")
+        lines += _set("SuspendExcNodes", s.core_nodes)
     lines += [
-        f"TreeWidth={TREE_WIDTH}",
+        *_set("TreeWidth", TREE_WIDTH),
         # Cloud node addresses change with every boot.
-        "CommunicationParameters=NoAddrCache",
+        *_set(
+            "CommunicationParameters",
+            merge_list("NoAddrCache", known, "CommunicationParameters"),
+            site,
+        ),
     ]
     if slurm_release is not None and slurm_release < CLOUD_SHOWN_SINCE:
         # Slurm 22.05 hides powered-down cloud nodes from sinfo, even from root, without it.
-        lines += ["# PrivateData replaces any earlier value: merge the site's own entries here.",
-                  "PrivateData=cloud"]  # fmt: skip
+        lines += _set("PrivateData", merge_list("cloud", known, "PrivateData"), site)
     else:
         lines.append(
             "# (no PrivateData=cloud: Slurm 23.02 and later show cloud nodes by default; "
@@ -197,17 +215,21 @@ def render_slurm_include(
             else "# (no PrivateData=cloud: Slurm 23.02 and later show cloud nodes by default)"
         )
     lines += [
-        f"SlurmctldParameters={','.join(params)}",
+        *_set(
+            "SlurmctldParameters", merge_list(",".join(params), known, "SlurmctldParameters"), site
+        ),
         "# ---- cloud nodes (State=CLOUD: powered down until a job needs them) ----",
+        f"# merge: {RULES['NodeName'].comment}",
     ]
     for ns in sets:
         lines.append(f"# {ns.cluster}: {len(ns.names)} x {ns.instance_type} ({ns.market})")
         lines += _node_lines(ns, port_of)
-    lines.append(
+    lines += [
         f"# ---- partitions: below the core partition ({s.core_partition}, PriorityTier >= "
         f"{CORE_PRIORITY_TIER_MIN}); submit -p {s.core_partition},{s.burst_partition} to "
-        "overflow ----"
-    )
+        "overflow ----",
+        f"# merge: {RULES['PartitionName'].comment}",
+    ]
     by_part: dict[str, list[NodeSet]] = {}
     for ns in sets:
         by_part.setdefault(ns.partition, []).append(ns)

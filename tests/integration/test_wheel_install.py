@@ -150,3 +150,44 @@ def test_commands_run_on_a_copied_stack_directory(installed: Path, tmp_path: Pat
         "--quiet",
     )  # fmt: skip
     assert not (tmp_path / "root").exists()  # check mode wrote nothing
+
+
+def test_version_license_and_the_controller_install_come_from_the_wheel(
+    installed: Path, tmp_path: Path
+) -> None:
+    """`coreburst --version` reads the wheel's metadata, which carries the license text; the
+    programs `burst install` writes run the wheel's own coreburst by absolute path."""
+    import tomllib
+
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    assert _run(installed, tmp_path, "--version").stdout == f"coreburst {version}\n"
+    site = Path(
+        subprocess.run(
+            [str(installed / "python"), "-c", PURELIB], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    )
+    (dist,) = site.glob("coreburst-*.dist-info")
+    assert "Apache License" in (dist / "licenses" / "LICENSE").read_text()
+    assert "License-Expression: Apache-2.0" in (dist / "METADATA").read_text()
+
+    if os.geteuid() != 0:  # install sets owners; its own tests cover the rest
+        return
+    shutil.copy2(ROOT / "Pulumi.burst.yaml", tmp_path / "Pulumi.burst.yaml")
+    etc = tmp_path / "etc"
+    (etc / "slurm").mkdir(parents=True)
+    (etc / "slurm" / "slurm.conf").write_text("ClusterName=core\n")
+    out = _run(
+        installed, tmp_path, "burst", "install", "--stack", "burst", "--stack-dir", str(tmp_path),
+        "--slurm-conf", str(etc / "slurm" / "slurm.conf"), "--slurm-user", "root",
+        "--env-file", str(etc / "coreburst" / "burst.env"),
+        "--state-dir", str(tmp_path / "state"), "--slurm-release", "22.05",
+        "--cli", f"{installed / 'coreburst'} burst", "--dry-run",
+    )  # fmt: skip
+    assert f"would write {etc}/slurm/burst.conf (0644 root:root)" in out.stdout
+    # Without --cli it finds the wheel's own coreburst (beside the interpreter running it).
+    probe = subprocess.run(
+        [str(installed / "python"), "-c",
+         "from coreburst.burst.install import cli_argv; print(cli_argv()[0])"],
+        capture_output=True, text=True, check=True, cwd="/",
+    ).stdout.strip()  # fmt: skip
+    assert probe == str(installed / "coreburst")

@@ -180,6 +180,8 @@ def test_role_installs_once_and_second_run_changes_nothing(
     )
     assert r.stdout.split() == ["us-east-1", "us-east-1"]
     assert (controller / "var/log/coreburst").is_dir()
+    state = controller / "var/lib/coreburst"  # the spend gate writes its commitments here
+    assert state.is_dir() and stat.S_IMODE(state.stat().st_mode) == 0o2770
 
     second = run_role("slurm_burst_controller", tmp_path, extravars)
     assert second.returncode == 0, second.stdout + second.stderr
@@ -313,3 +315,24 @@ def test_playbook_syntax_and_ansible_lint() -> None:
         **run,  # type: ignore[arg-type]
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_the_documented_inventory_matches_the_controller_play() -> None:
+    """docs/burst.md's command names ansible/inventory.example.ini; its play targets the group
+    slurm_controller. An inventory without it matched no hosts and exited 0 (issue 32)."""
+    docs = (ROOT / "docs" / "burst.md").read_text(encoding="utf-8")
+    (command,) = [ln for ln in docs.splitlines() if ln.startswith("ansible-playbook ")]
+    argv = command.rstrip("\\").split()
+    assert argv[1:4] == ["-i", "ansible/inventory.example.ini", "ansible/burst_controller.yml"]
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        "ANSIBLE_CONFIG": str(ANSIBLE / "ansible.cfg"),
+        "NO_COLOR": "1",
+    }
+    r = subprocess.run(
+        [str(BIN / "ansible-playbook"), *argv[1:4], "--list-hosts"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.search(r"hosts \(1\):\s+slurm-ctl-01", r.stdout), r.stdout
