@@ -24,6 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -36,6 +37,17 @@ from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.errors import one_line
 from coreburst.common.names import NODE_TAG_KEY
 from guardrails.regions import aws_region
+from infra.slurm_network import (
+    SLURMD_PORT,
+    SRUN_PORT_RANGE,
+    Flow,
+    PortSpan,
+    conf_server_ports,
+    overlaps,
+    parse_span,
+    slurm_flows,
+    span_text,
+)
 
 CAPACITY_BLOCK_MAX_INSTANCES = 64
 PERSISTENT_2_THROUGHPUTS = (125, 250, 500, 1000)
@@ -97,8 +109,37 @@ def _vpc_cidr(value: str) -> str:
     return str(net)
 
 
+# The broadest on-prem block a Slurm rule may name: a /8 is a whole private range already;
+# anything wider (0.0.0.0/0 above all) would open Slurm's ports to the internet.
+ON_PREM_PREFIX_MIN = 8
+
+
+def _on_prem_cidr(value: str) -> str:
+    net = ipaddress.ip_network(_cidr(value))
+    if net.version != 4 or net.prefixlen < ON_PREM_PREFIX_MIN:
+        raise ValueError(
+            f"{value!r} is broader than an on-prem network: list the IPv4 blocks of the hosts "
+            f"themselves, /{ON_PREM_PREFIX_MIN} or narrower (e.g. 10.20.0.10/32)"
+        )
+    return str(net)
+
+
+def _srun_port_range(value: str) -> str:
+    return span_text(parse_span(value, single=False))
+
+
+def _port_or_range(value: str) -> str:
+    return span_text(parse_span(value))
+
+
+def _int_as_text(value: Any) -> Any:
+    # YAML reads `slurmctldPort: 6817` as a number; the key also takes "6817-6818".
+    return str(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
 Cidr = Annotated[str, AfterValidator(_cidr)]
 VpcCidr = Annotated[str, AfterValidator(_vpc_cidr)]
+OnPremCidr = Annotated[str, AfterValidator(_on_prem_cidr)]
 
 
 def _asn_private_or_public(value: int) -> int:
@@ -399,6 +440,57 @@ class HybridLink(_Model):
         return len(self.connections) >= 2
 
 
+# Addresses a VPN device cannot use towards a virtual private gateway: its tunnels run over the
+# internet (AWS Site-to-Site VPN user guide, "Customer gateway options": a static, internet-
+# routable IP address; a private one is only for a transit gateway's private IP VPN).
+_NOT_INTERNET = tuple(
+    ipaddress.ip_network(n)
+    for n in (
+        "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+        "172.16.0.0/12", "192.168.0.0/16", "224.0.0.0/3",
+    )
+)  # fmt: skip
+
+
+def _gateway_ip(value: str) -> str:
+    try:
+        ip = ipaddress.ip_address(value)
+    except ValueError:
+        raise ValueError(f"{value!r} is not an IPv4 address (e.g. 203.0.113.10)") from None
+    if ip.version != 4 or any(ip in net for net in _NOT_INTERNET):
+        raise ValueError(
+            f"{value} is not an internet address: give the public IPv4 address of the "
+            "on-prem VPN device (its tunnels to AWS run over the internet)"
+        )
+    return str(ip)
+
+
+class SiteToSiteVpn(_Model):
+    """``coreburst:vpn``: an AWS Site-to-Site VPN (two IPsec tunnels) from a virtual private
+    gateway to the on-prem VPN device, with static routes: the smaller option next to
+    ``hybridLink`` (Direct Connect). Up to 1.25 Gbps per tunnel (AWS Site-to-Site VPN user
+    guide, "Site-to-Site VPN quotas"): enough for Slurm's control traffic and modest data."""
+
+    customer_gateway_ip: Annotated[str, AfterValidator(_gateway_ip)]
+    # CreateCustomerGateway needs an ASN even for static routing; AWS's default is 65000.
+    customer_asn: int = Field(default=65_000, ge=1, le=2_147_483_647)
+    amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] | None = None
+    # The on-prem blocks behind the device: one static route each, in the VPN connection and
+    # in the private route table.
+    on_prem_prefixes: list[OnPremCidr] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> SiteToSiteVpn:
+        nets = [ipaddress.ip_network(p) for p in self.on_prem_prefixes]
+        for i, a in enumerate(nets):
+            for b in nets[i + 1 :]:
+                if a.overlaps(b):
+                    raise ValueError(
+                        f"onPremPrefixes {a} overlaps {b}: list each on-prem block once"
+                    )
+        return self
+
+
 class ZoneSubnet(_Model):
     """A private subnet in another Availability Zone, for clusters that list that zone."""
 
@@ -474,6 +566,9 @@ def _conf_server(value: str) -> str:
             f"{value!r} is not a Slurm conf server: use host[:port], comma-separated for a "
             "backup controller (e.g. slurmctl.corp.example:6817)"
         )
+    bad = [p for p in conf_server_ports(value) if not 1 <= p <= 65535]
+    if bad:
+        raise ValueError(f"{value!r} names port {bad[0]}: a TCP port is 1-65535 (e.g. 6817)")
     return value
 
 
@@ -538,10 +633,129 @@ class BurstNode(_Model):
         return self
 
 
-class BurstSection(_Model):
+class OnPrem(_Model):
+    """``coreburst:burst.onPrem``: where the on-prem Slurm is, as burst nodes reach it over the
+    hybrid link. The burst nodes' security group opens Slurm's ports to these blocks and no
+    others (docs/burst.md lists each flow)."""
+
+    # The slurmctld hosts, primary and backup: slurmctld connects to slurmd and to an srun on a
+    # burst node; slurmd, slurmstepd and srun on a burst node connect to slurmctld.
+    controller_cidrs: list[OnPremCidr] = Field(min_length=1)
+    # The hosts where users run srun or salloc for burst jobs (login nodes, core nodes): srun
+    # connects to slurmd on the burst nodes, their slurmstepd connects back to srun's ports.
+    core_cidrs: list[OnPremCidr] = []
+
+    @model_validator(mode="after")
+    def _distinct(self) -> OnPrem:
+        for key, cidrs in (
+            ("controllerCidrs", self.controller_cidrs),
+            ("coreCidrs", self.core_cidrs),
+        ):
+            nets = [ipaddress.ip_network(c) for c in cidrs]
+            for i, a in enumerate(nets):
+                for b in nets[i + 1 :]:
+                    if a.overlaps(b):
+                        raise ValueError(f"{key}: {a} overlaps {b}; list each block once")
+        return self
+
+
+class SlurmNetwork(_Model):
+    """The settings the rendered slurm.conf fragment (``coreburst burst slurm-conf``) and the
+    burst nodes' security groups are both derived from, so the ports Slurm uses are the ports
+    that are open. ``coreburst:burst`` holds them; infra reads them through :class:`BurstSection`,
+    coreburst/burst/config.py through ``BurstSettings`` (both subclass this)."""
+
+    # How a burst node joins this controller (the user data reads it).
+    node: BurstNode | None = None
+    on_prem: OnPrem | None = None
+    # Rendered as SrunPortRange=: the ports srun listens on, on every host that runs it.
+    srun_port_range: Annotated[str, AfterValidator(_srun_port_range)] = SRUN_PORT_RANGE
+    # The port slurmd on a burst node listens on. Slurm's default; set the site's SlurmdPort
+    # here if it has another (the fragment then gives each burst node Port=<it>).
+    slurmd_port: int = Field(default=SLURMD_PORT, ge=1024, le=65535)
+    # Only for several slurmd on one machine (a lab): one Port= per cloud node from here.
+    slurmd_port_base: int | None = Field(default=None, ge=1024, le=65000)
+    # The site's SlurmctldPort (a port or LOW-HIGH); default: the ports node.confServer names
+    # (6817 where it names none).
+    slurmctld_port: (
+        Annotated[str, BeforeValidator(_int_as_text), AfterValidator(_port_or_range)] | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _ports(self) -> SlurmNetwork:
+        if self.slurmd_port_base is not None and self.slurmd_port != SLURMD_PORT:
+            raise ValueError(
+                "set slurmdPort or slurmdPortBase, not both (slurmdPortBase gives each node "
+                "its own port)"
+            )
+        conf = self.node.conf_server if self.node else None
+        if self.slurmctld_port is not None and conf:
+            low, high = parse_span(self.slurmctld_port)
+            outside = [p for p in conf_server_ports(conf) if not low <= p <= high]
+            if outside:
+                raise ValueError(
+                    f"slurmctldPort {self.slurmctld_port} does not include port "
+                    f"{outside[0]} of node.confServer {conf!r}: make them agree"
+                )
+        return self
+
+    @property
+    def srun_span(self) -> PortSpan:
+        return parse_span(self.srun_port_range)
+
+    @property
+    def slurmctld_spans(self) -> list[PortSpan]:
+        if self.slurmctld_port is not None:
+            return [parse_span(self.slurmctld_port)]
+        conf = self.node.conf_server if self.node else None
+        return [(p, p) for p in conf_server_ports(conf or "")]
+
+    def slurmd_span(self, node_count: int) -> PortSpan | None:
+        """The ports slurmd listens on across ``node_count`` burst nodes (None: no node)."""
+        if node_count <= 0:
+            return None
+        if self.slurmd_port_base is not None:
+            return self.slurmd_port_base, self.slurmd_port_base + node_count - 1
+        return self.slurmd_port, self.slurmd_port
+
+    def port_conflict(self, node_count: int) -> str | None:
+        """Why these ports cannot work together, in one line (None when they can)."""
+        slurmd = self.slurmd_span(node_count)
+        if slurmd is not None and slurmd[1] > 65535:
+            return (
+                f"slurmdPortBase {self.slurmd_port_base} + {node_count} burst nodes runs past "
+                "port 65535: lower slurmdPortBase"
+            )
+        srun = self.srun_span
+        taken = [("slurmctld", s) for s in self.slurmctld_spans]
+        if slurmd is not None:
+            taken.append(("slurmd", slurmd))
+        for daemon, span in taken:
+            if overlaps(srun, span):
+                return (
+                    f"srunPortRange {self.srun_port_range} overlaps {daemon}'s port "
+                    f"{span_text(span)}: srun would take the daemon's port; move the range "
+                    "(e.g. 60001-63000)"
+                )
+        return None
+
+    def flows(self, node_count: int) -> list[Flow]:
+        """The security-group flows for ``node_count`` burst nodes ([] without onPrem)."""
+        if self.on_prem is None:
+            return []
+        return slurm_flows(
+            controller_cidrs=self.on_prem.controller_cidrs,
+            core_cidrs=self.on_prem.core_cidrs,
+            slurmd=self.slurmd_span(node_count),
+            slurmctld=self.slurmctld_spans,
+            srun=self.srun_span,
+        )
+
+
+class BurstSection(SlurmNetwork):
     """``coreburst:burst``. coreburst/burst/config.py validates the controller side (``coreburst
-    burst
-    slurm-conf``); the Pulumi program reads only what a burst node needs to join."""
+    burst slurm-conf``); the Pulumi program reads what a burst node needs to join and the
+    network settings (:class:`SlurmNetwork`) its security group is derived from."""
 
     model_config = ConfigDict(
         extra="allow",
@@ -551,7 +765,6 @@ class BurstSection(_Model):
         allow_inf_nan=False,
     )
 
-    node: BurstNode | None = None
     # Instance tag holding the Slurm node name (the resume program sets it).
     node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = NODE_TAG_KEY
 
@@ -561,6 +774,12 @@ class BurstSection(_Model):
             raise ValueError(
                 "node is missing: burst nodes must join the on-prem controller; set "
                 "node.confServer: <slurmctld host[:port]> (see infra/config.py BurstNode)"
+            )
+        if self.on_prem is None:
+            raise ValueError(
+                "onPrem is missing: burst nodes reach slurmctld over the hybrid link only where "
+                "the stack knows the on-prem blocks; set onPrem.controllerCidrs (and coreCidrs "
+                "for login and core nodes)"
             )
         return self
 
@@ -572,6 +791,8 @@ class StackConfig(_Model):
     clusters: list[Cluster] = Field(min_length=1)
     lustre: Lustre | None = None
     hybrid_link: HybridLink | None = None
+    # The smaller hybrid link: a Site-to-Site VPN with static routes (one of the two, not both).
+    vpn: SiteToSiteVpn | None = None
     tags: CostTags
     budget: Budget
     checkpoints: CheckpointStore = CheckpointStore()
@@ -619,14 +840,70 @@ class StackConfig(_Model):
                     f"availabilityZone {self.availability_zone!r}: instances must launch in the "
                     "reservation's AZ"
                 )
-        if self.hybrid_link:
-            vpc = ipaddress.ip_network(self.vpc.cidr)
-            for p in self.hybrid_link.on_prem_prefixes:
-                if ipaddress.ip_network(p).overlaps(vpc):
-                    raise ValueError(
-                        f"hybridLink.onPremPrefixes {p} overlaps the VPC CIDR {self.vpc.cidr}"
-                    )
+        if self.hybrid_link and self.vpn:
+            raise ValueError(
+                "set hybridLink (Direct Connect) or vpn (Site-to-Site VPN), not both: the "
+                "private routes to on-prem go over one link"
+            )
+        vpc = ipaddress.ip_network(self.vpc.cidr)
+        link_key, prefixes = self.link_prefixes
+        for p in prefixes:
+            if ipaddress.ip_network(p).overlaps(vpc):
+                raise ValueError(f"{link_key}.onPremPrefixes {p} overlaps the VPC CIDR {vpc}")
+        if self.burst is not None:
+            self._check_burst_network(self.burst, vpc, link_key, prefixes)
         return self
+
+    def _check_burst_network(
+        self, burst: BurstSection, vpc: Any, link_key: str, prefixes: list[str]
+    ) -> None:
+        conflict = burst.port_conflict(self.burst_node_count)
+        if conflict:
+            raise ValueError(f"burst: {conflict}")
+        if burst.on_prem is None:
+            return
+        if not prefixes:
+            raise ValueError(
+                "burst.onPrem needs a hybrid link to reach: declare vpn (Site-to-Site VPN: "
+                "customerGatewayIp, onPremPrefixes) or hybridLink (Direct Connect)"
+            )
+        nets = [ipaddress.ip_network(p) for p in prefixes]
+        on_prem = burst.on_prem
+        for key, cidrs in (
+            ("controllerCidrs", on_prem.controller_cidrs),
+            ("coreCidrs", on_prem.core_cidrs),
+        ):
+            for i, c in enumerate(cidrs):
+                net = ipaddress.ip_network(c)
+                where = f"burst.onPrem.{key}[{i}] {c}"
+                if net.overlaps(vpc):
+                    raise ValueError(f"{where} overlaps the VPC CIDR {vpc}: it is not on-prem")
+                if not any(net.subnet_of(n) for n in nets):  # type: ignore[arg-type]
+                    raise ValueError(
+                        f"{where} is not inside {link_key}.onPremPrefixes "
+                        f"({', '.join(prefixes)}): no route would take burst nodes there; "
+                        "add its block to onPremPrefixes"
+                    )
+
+    @property
+    def link_prefixes(self) -> tuple[str, list[str]]:
+        """(config key, on-prem prefixes) of the stack's hybrid link; ("", []) without one."""
+        if self.vpn is not None:
+            return "vpn", list(self.vpn.on_prem_prefixes)
+        if self.hybrid_link is not None:
+            return "hybridLink", list(self.hybrid_link.on_prem_prefixes)
+        return "", []
+
+    @property
+    def burst_node_count(self) -> int:
+        """Burst nodes the rendered slurm.conf declares: one per cluster node."""
+        return sum(c.nodes for c in self.clusters)
+
+    def slurm_flows(self) -> list[Flow]:
+        """The burst nodes' Slurm flows to and from on-prem ([] on a stack without burst)."""
+        if self.burst is None:
+            return []
+        return self.burst.flows(self.burst_node_count)
 
     def check_against_catalog(self, catalog: Catalog) -> None:
         """Rules that need instance facts; raises StackConfigError."""

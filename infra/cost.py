@@ -22,7 +22,7 @@ from infra.config import StackConfig
 INTERFACE_ENDPOINT_SERVICES = ("ssm", "ssmmessages", "ec2messages", "monitoring", "logs")
 
 # Component names infra/program.py gives; resource names below follow each component's scheme.
-NETWORK, LUSTRE, LINK, GUARDRAILS = "net", "lustre", "link", "guardrails"
+NETWORK, LUSTRE, LINK, VPN, GUARDRAILS = "net", "lustre", "link", "vpn", "guardrails"
 
 
 def connection_key(location: str) -> str:
@@ -88,6 +88,8 @@ def estimate_stack(
                     catalog, f"{LINK}-dxgw-assoc", "Direct Connect gateway"
                 )
             )
+    if cfg.vpn:
+        lines.append(pricing.vpn_connection(catalog, f"{VPN}-connection"))
     if cfg.guardrails.enabled:
         lines.append(pricing.secret(catalog, f"{GUARDRAILS}-slack-webhook"))
     if (

@@ -22,6 +22,7 @@ from infra.components.guardrails import Guardrails, GuardrailsArgs
 from infra.components.hybrid_link import HybridLink, HybridLinkArgs
 from infra.components.lustre import Lustre, LustreArgs
 from infra.components.network import Network, NetworkArgs
+from infra.components.vpn_link import VpnLink, VpnLinkArgs
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.cost import estimate_stack, totals
 from infra.lambda_package import DEFAULT_DEST, LambdaPackageError, ensure_lambda_package
@@ -63,7 +64,11 @@ def build(
     provider = aws.Provider("aws", region=cfg.region, default_tags={"tags": tags})
     opts = pulumi.ResourceOptions(provider=provider)
 
-    network = Network("net", NetworkArgs(cfg.region, cfg.availability_zone, cfg.vpc), opts=opts)
+    network = Network(
+        "net",
+        NetworkArgs(cfg.region, cfg.availability_zone, cfg.vpc, slurm_flows=cfg.slurm_flows()),
+        opts=opts,
+    )
     store = CheckpointStore("checkpoints", cfg.checkpoints, opts=opts)
 
     lustre = None
@@ -104,7 +109,7 @@ def build(
                     zone_subnet_ids=[
                         network.zone_subnets[z].id for z in c.zones or [cfg.availability_zone]
                     ],
-                    security_group_ids=[network.efa_sg.id, network.node_sg.id],
+                    security_group_ids=network.node_security_group_ids,
                     checkpoint_bucket_arn=store.bucket.arn,
                     # Default tags don't reach instances an ASG launches: tag them explicitly,
                     # so guardrails see owners and costs land on the right team.
@@ -130,6 +135,11 @@ def build(
                 network.private_route_table.id,
             ),
             opts=opts,
+        )
+    vpn = None
+    if cfg.vpn:
+        vpn = VpnLink(
+            "vpn", VpnLinkArgs(cfg.vpn, network.vpc.id, network.private_route_table.id), opts=opts
         )
     budget = Budget("budget", BudgetArgs(cfg.budget, STACK_TAG_KEY, stack), opts=opts)
     guard = None
@@ -164,6 +174,14 @@ def build(
     if link:
         outputs["directConnectGatewayId"] = link.gateway.id
         outputs["directConnectConnectionIds"] = [c.id for c in link.connections]
+    if vpn:
+        # What the on-prem VPN device is configured with: the two tunnels' outside addresses
+        # (the device's sample configuration, with the tunnels' keys, is in the VPC console).
+        outputs["vpnConnectionId"] = vpn.connection.id
+        outputs["vpnTunnelAddresses"] = [
+            vpn.connection.tunnel1_address,
+            vpn.connection.tunnel2_address,
+        ]
     return outputs
 
 

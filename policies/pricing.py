@@ -3,9 +3,9 @@
 
 Driven by what the engine will create (launch templates + ASG desired capacity + market, FSx
 capacity and throughput, Direct Connect port speed, NAT gateways and their Elastic IPs,
-interface endpoints per AZ, transit gateway attachments, secrets), so ``pulumi preview``
-output and the offline evaluation are priced the same way as :mod:`infra.cost` prices the
-stack config (``tests/unit/test_pricing_agreement.py``).
+interface endpoints per AZ, transit gateway attachments, VPN connections, secrets), so
+``pulumi preview`` output and the offline evaluation are priced the same way as
+:mod:`infra.cost` prices the stack config (``tests/unit/test_pricing_agreement.py``).
 
     >>> lines = price_resources(resources, load_catalog())      # doctest: +SKIP
     >>> round(sum(x.monthly_usd for x in lines))                 # doctest: +SKIP
@@ -42,6 +42,7 @@ DX_GATEWAY_ASSOCIATION = "aws:directconnect/gatewayAssociation:GatewayAssociatio
 TRANSIT_GATEWAY = "aws:ec2transitgateway/transitGateway:TransitGateway"
 TGW_VPC_ATTACHMENT = "aws:ec2transitgateway/vpcAttachment:VpcAttachment"
 VPC_ENDPOINT = "aws:ec2/vpcEndpoint:VpcEndpoint"
+VPN_CONNECTION = "aws:ec2/vpnConnection:VpnConnection"
 SECRET = "aws:secretsmanager/secret:Secret"
 DEFAULT_REGION = "us-east-1"
 # The engine's "known after apply" value in `pulumi preview --json` (policies.sources.UNKNOWN).
@@ -185,6 +186,7 @@ def price_resources(
             lines.append(
                 pricing.transit_gateway_attachment(catalog, assoc.name, "Direct Connect gateway")
             )
+    lines += [pricing.vpn_connection(catalog, v.name) for v in of_type(resources, VPN_CONNECTION)]
     lines += [pricing.secret(catalog, s.name) for s in of_type(resources, SECRET)]
     if egress_gb > 0:
         lines.append(pricing.internet_egress(catalog, egress_gb))

@@ -25,7 +25,7 @@ from coreburst.burst.hostlist import HostlistError, expand
 from coreburst.common.catalog import load_catalog
 from coreburst.common.names import NODE_TAG_KEY
 from coreburst.common.textio import read_text
-from infra.config import BurstNode, StackConfig, StackConfigError, parse_stack_config
+from infra.config import SlurmNetwork, StackConfig, StackConfigError, parse_stack_config
 
 # The stack files live at the repository root; a controller host passes --stack-dir.
 
@@ -155,8 +155,15 @@ def gate_limits(gate: SpendGate) -> GateLimits:
     )
 
 
-class BurstSettings(_Model):
-    """``coreburst:burst`` in ``Pulumi.<stack>.yaml``; every key has a default."""
+class BurstSettings(SlurmNetwork):
+    """``coreburst:burst`` in ``Pulumi.<stack>.yaml``; every key has a default. The network
+    keys (``node``, ``onPrem``, ``srunPortRange``, ``slurmdPort``, ``slurmdPortBase``,
+    ``slurmctldPort``) come from infra/config.py's SlurmNetwork, which the burst nodes' security
+    group is derived from too."""
+
+    model_config = ConfigDict(
+        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+    )
 
     # The on-prem nodes (a Slurm hostlist): never suspended, ordered first through partitions.
     core_nodes: Hostlist | None = None
@@ -188,8 +195,6 @@ class BurstSettings(_Model):
     # How slurmctld reaches a resumed node: the instance's private IP (set by the resume
     # program), or the address the node registers from (SlurmctldParameters=cloud_reg_addrs).
     node_address: Literal["private-ip", "registration"] = "private-ip"
-    # Only for several slurmd on one machine (a lab): one Port= per cloud node from here.
-    slurmd_port_base: int | None = Field(default=None, ge=1024, le=65000)
     capacity_blocks: dict[str, CapacityBlockWindow] = {}
     # Seconds an (instance type, zone) choice that got a capacity error is not offered to
     # EC2 again; when every choice of a pool is out, the pool is held (a MAINT reservation
@@ -211,8 +216,6 @@ class BurstSettings(_Model):
     reconciler_heartbeat: Path | None = None
     reconciler_interval_s: int = Field(default=60, ge=10)
     heartbeat_intervals: int = Field(default=3, ge=1)
-    # How a burst node joins this controller (infra/config.py BurstNode; the user data reads it).
-    node: BurstNode | None = None
 
 
 class BurstStack(BaseModel):
@@ -252,6 +255,9 @@ def parse_burst(name: str, config_map: dict[str, Any]) -> BurstStack:
     except ValidationError as exc:
         raise StackConfigError(_format(exc)) from None
     cfg = parse_stack_config(stack_raw, load_catalog())
+    conflict = settings.port_conflict(cfg.burst_node_count)
+    if conflict:
+        raise StackConfigError(f"{BURST_KEY}: {conflict}")
     unknown = sorted(set(settings.capacity_blocks) - {c.name for c in cfg.clusters})
     if unknown:
         raise StackConfigError(

@@ -127,6 +127,13 @@ RULES: dict[str, Rule] = {
             "editing it",
         ),
         Rule(
+            "SrunPortRange",
+            "scalar",
+            "replaces the site's SrunPortRange (the last value wins); the burst nodes' security "
+            "group opens exactly this range",
+            "a site range: set coreburst:burst.srunPortRange to it, so the security group matches",
+        ),
+        Rule(
             "PrivateData",
             "list",
             "(Slurm 22.05 only) replaces the site's whole PrivateData list (the last value wins)",

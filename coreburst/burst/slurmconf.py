@@ -36,6 +36,7 @@ from coreburst.burst.config import BurstStack
 from coreburst.burst.hostlist import compress
 from coreburst.burst.merge import RULES, ConfLine, list_note, merge_list
 from coreburst.common.catalog import Catalog, load_catalog
+from infra.slurm_network import SLURMD_PORT
 
 # Slurm's largest TreeWidth: slurmctld talks to each cloud node directly, since nodes that are
 # powered down cannot forward messages (Slurm's "Cloud Scheduling Guide").
@@ -126,13 +127,14 @@ def node_set_of(stack: BurstStack, catalog: Catalog | None = None) -> dict[str, 
     return {n: ns for ns in node_sets(stack, catalog) for n in ns.names}
 
 
-def _node_lines(ns: NodeSet, port_of: dict[str, int]) -> list[str]:
+def _node_lines(ns: NodeSet, port_of: dict[str, int], port: int | None) -> list[str]:
     common = f"CPUs={ns.cpus} RealMemory={ns.real_memory_mb}"
     if ns.gpus:
         common += f" Gres=gpu:{ns.gpu_type}:{ns.gpus}" if ns.gpu_type else f" Gres=gpu:{ns.gpus}"
     common += f" Features={','.join(dict.fromkeys(ns.features))} State=CLOUD"
     if not port_of:
-        return [f"NodeName={ns.hostlist} {common}"]
+        at = f" Port={port}" if port is not None else ""
+        return [f"NodeName={ns.hostlist}{at} {common}"]
     return [f"NodeName={n} Port={port_of[n]} {common}" for n in ns.names]
 
 
@@ -203,6 +205,9 @@ def render_slurm_include(
             merge_list("NoAddrCache", known, "CommunicationParameters"),
             site,
         ),
+        # the burst nodes' security group opens exactly this range to and from
+        # coreburst:burst.onPrem (docs/burst.md, Network)
+        *_set("SrunPortRange", s.srun_port_range),
     ]
     if slurm_release is not None and slurm_release < CLOUD_SHOWN_SINCE:
         # Slurm 22.05 hides powered-down cloud nodes from sinfo, even from root, without it.
@@ -223,7 +228,7 @@ def render_slurm_include(
     ]
     for ns in sets:
         lines.append(f"# {ns.cluster}: {len(ns.names)} x {ns.instance_type} ({ns.market})")
-        lines += _node_lines(ns, port_of)
+        lines += _node_lines(ns, port_of, None if s.slurmd_port == SLURMD_PORT else s.slurmd_port)
     lines += [
         f"# ---- partitions: below the core partition ({s.core_partition}, PriorityTier >= "
         f"{CORE_PRIORITY_TIER_MIN}); submit -p {s.core_partition},{s.burst_partition} to "

@@ -206,6 +206,7 @@ class Catalog(_Strict):
     # figure is missing (never prices it as zero).
     public_ipv4_usd_per_hour: Figure | None = None
     transit_gateway_attachment_usd_per_hour: Figure | None = None
+    site_to_site_vpn_connection_usd_per_hour: Figure | None = None
     secrets_manager_secret_usd_per_month: Figure | None = None
     cloudwatch: CloudWatchPrices | None = None
 

@@ -238,6 +238,15 @@ def transit_gateway_attachment(cat: Catalog, item: str, kind: str) -> CostLine:
     )
 
 
+def vpn_connection(cat: Catalog, item: str) -> CostLine:
+    """One Site-to-Site VPN connection (two tunnels), per connection-hour
+    (https://aws.amazon.com/vpn/pricing/); its gateways are free."""
+    fig = _need(cat.site_to_site_vpn_connection_usd_per_hour, item, "Site-to-Site VPN connection")
+    return _line(
+        cat, "link", item, "Site-to-Site VPN connection (2 tunnels)", per_h=fig.value, src=_src(fig)
+    )
+
+
 def secret(cat: Catalog, item: str) -> CostLine:
     """One Secrets Manager secret, per secret-month (prorated by the hour)."""
     fig = _need(cat.secrets_manager_secret_usd_per_month, item, "Secrets Manager secret")
@@ -284,6 +293,7 @@ __all__ = [
     "secret",
     "totals",
     "transit_gateway_attachment",
+    "vpn_connection",
 ]
 
 

@@ -1,8 +1,9 @@
 """Network: the VPC, the cluster's subnet, S3 endpoint, optional NAT, and the security groups
-that EFA and Lustre need."""
+that EFA, Lustre and (on a burst stack) Slurm need."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pulumi
@@ -12,6 +13,7 @@ from coreburst.common.names import PRIVATE_SUBNET_TAG
 from infra.components import TOKEN_PREFIX
 from infra.config import Vpc
 from infra.cost import INTERFACE_ENDPOINT_SERVICES
+from infra.slurm_network import Flow
 
 # Lustre's LNet ports: 988 plus 1018-1023. Templates that open only 988 or only 1021-1023 break
 # clients under load.
@@ -23,6 +25,8 @@ class NetworkArgs:
     region: str
     availability_zone: str
     vpc: Vpc
+    # A burst stack: Slurm's flows to and from on-prem (StackConfig.slurm_flows), one rule each.
+    slurm_flows: Sequence[Flow] = ()
 
 
 class Network(pulumi.ComponentResource):
@@ -31,7 +35,8 @@ class Network(pulumi.ComponentResource):
     ``efa_sg`` carries the single self-referencing all-traffic rule in both directions that
     OS-bypass traffic needs; ``node_sg`` gives nodes their egress (SSM, CloudWatch, S3) and is
     the Lustre client group; ``lustre_sg`` opens Lustre's ports between the file servers and
-    to and from the clients, nothing else.
+    to and from the clients, nothing else. On a burst stack ``slurm_sg`` (None elsewhere) opens
+    exactly the Slurm flows to and from the on-prem controller and core, one rule per flow.
     """
 
     def __init__(
@@ -160,18 +165,60 @@ class Network(pulumi.ComponentResource):
         )
         self._lustre_rules(name, child)
 
+        self.slurm_sg: aws.ec2.SecurityGroup | None = None
+        if args.slurm_flows:
+            self._slurm_rules(name, args.slurm_flows, child)
+
         if args.vpc.interface_endpoints:
             self._endpoints(name, args, child)
 
-        self.register_outputs(
-            {
-                "vpc_id": self.vpc.id,
-                "private_subnet_id": self.private_subnet.id,
-                "efa_security_group_id": self.efa_sg.id,
-                "node_security_group_id": self.node_sg.id,
-                "lustre_security_group_id": self.lustre_sg.id,
-            }
+        outputs: dict[str, pulumi.Input[str]] = {
+            "vpc_id": self.vpc.id,
+            "private_subnet_id": self.private_subnet.id,
+            "efa_security_group_id": self.efa_sg.id,
+            "node_security_group_id": self.node_sg.id,
+            "lustre_security_group_id": self.lustre_sg.id,
+        }
+        if self.slurm_sg is not None:
+            outputs["slurm_security_group_id"] = self.slurm_sg.id
+        self.register_outputs(outputs)
+
+    @property
+    def node_security_group_ids(self) -> list[pulumi.Input[str]]:
+        """Every group a cluster node carries: EFA, node egress and Lustre client, Slurm."""
+        groups: list[pulumi.Input[str]] = [self.efa_sg.id, self.node_sg.id]
+        if self.slurm_sg is not None:
+            groups.append(self.slurm_sg.id)
+        return groups
+
+    def _slurm_rules(self, name: str, flows: Sequence[Flow], child: pulumi.ResourceOptions) -> None:
+        """One rule per flow (infra/slurm_network.py says which daemon talks to which and why).
+        Rules name CIDR blocks of the on-prem side, never 0.0.0.0/0; the group is stateful, so
+        replies need no rule of their own."""
+        self.slurm_sg = aws.ec2.SecurityGroup(
+            f"{name}-slurm",
+            vpc_id=self.vpc.id,
+            description="Burst nodes: Slurm to and from the on-prem controller and core only",
+            tags={"Name": f"{name}-slurm"},
+            opts=child,
         )
+        for flow in flows:
+            low, high = flow.ports
+            rule = (
+                aws.vpc.SecurityGroupIngressRule
+                if flow.direction == "ingress"
+                else aws.vpc.SecurityGroupEgressRule
+            )
+            rule(
+                f"{name}-slurm-{flow.key}",
+                security_group_id=self.slurm_sg.id,
+                cidr_ipv4=flow.cidr,
+                ip_protocol="tcp",
+                from_port=low,
+                to_port=high,
+                description=flow.description,
+                opts=child,
+            )
 
     def _lustre_rules(self, name: str, child: pulumi.ResourceOptions) -> None:
         """LNet rules as the FSx for Lustre user guide lays them out ("File system access

@@ -31,6 +31,22 @@ def stack_map(
     }
 
 
+# The on-prem side of the made-up burst stacks: where slurmctld and the core are
+# (coreburst:burst.onPrem, infra/config.py OnPrem) and the link burst nodes reach them over
+# (coreburst:vpn, infra/config.py SiteToSiteVpn; 203.0.113.0/24 is a documentation range).
+ON_PREM = {"controllerCidrs": ["10.20.0.10/32"], "coreCidrs": ["10.20.16.0/24"]}
+VPN = {"customerGatewayIp": "203.0.113.10", "onPremPrefixes": ["10.20.0.0/16"]}
+
+
+def with_on_prem(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` (a stack's config map with ``coreburst:burst``) with :data:`ON_PREM` under
+    its burst section and :data:`VPN` as its link, unless it names its own."""
+    config["coreburst:burst"].setdefault("onPrem", ON_PREM)
+    if "coreburst:hybridLink" not in config:
+        config.setdefault("coreburst:vpn", VPN)
+    return config
+
+
 CLUSTERS = [
     {"name": "od", "instanceType": "p5.48xlarge", "nodes": 2, "capacity": {"model": "on-demand"}},
     {"name": "sp", "instanceType": "p5en.48xlarge", "nodes": 3, "capacity": {"model": "spot"}},

@@ -22,6 +22,7 @@ What AWS bills, per decision (the pages the code cites):
 - transit gateway: per attachment-hour, VPC and Direct Connect gateway attachments alike,
   https://aws.amazon.com/transit-gateway/pricing/
 - Secrets Manager: per secret-month, https://aws.amazon.com/secrets-manager/pricing/
+- Site-to-Site VPN: per VPN connection-hour, https://aws.amazon.com/vpn/pricing/
 """
 
 from __future__ import annotations
@@ -75,12 +76,22 @@ def assert_agree(stack: str, config: dict[str, Any]) -> dict[str, Any]:
     return a
 
 
-@pytest.mark.parametrize("stack", ["dev", "prod"])
+@pytest.mark.parametrize("stack", ["dev", "prod", "burst"])
 def test_example_stacks_agree(stack: str) -> None:
     lines = assert_agree(stack, load_stack_yaml(stack))
-    # The NAT gateway's Elastic IP bills as a public IPv4 address (both stacks have one).
+    # The NAT gateway's Elastic IP bills as a public IPv4 address (every stack has one).
     eip = next(v for k, v in lines.items() if k.startswith("net-nat-eip-"))
     assert eip == (0.005, round(0.005 * 730, 2))
+
+
+def test_a_site_to_site_vpn_bills_per_connection_hour() -> None:
+    """AWS VPN pricing (https://aws.amazon.com/vpn/pricing/): each Site-to-Site VPN connection
+    per connection-hour; the virtual private and customer gateways have no charge of their own."""
+    lines = assert_agree("burst", load_stack_yaml("burst"))
+    fig = CAT.site_to_site_vpn_connection_usd_per_hour
+    assert fig is not None
+    assert lines["vpn-connection"] == (fig.value, round(fig.value * 730, 2))
+    assert not [k for k in lines if k.startswith(("vpn-vgw", "vpn-cgw", "vpn-route", "vpn-onprem"))]
 
 
 # -- generated stacks --------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 from infra.offline import evaluate_config, load_stack_yaml
+from tests.helpers.burst import with_on_prem
 
 
 def _asg(config: dict[str, Any], cluster: str) -> dict[str, Any]:
@@ -30,6 +31,7 @@ def test_burst_stack_asg_launches_nothing_and_plain_stack_keeps_its_nodes() -> N
 
     burst = copy.deepcopy(plain)
     burst["coreburst:burst"] = {"node": {"confServer": "slurmctl.corp.example:6817"}}
+    with_on_prem(burst)
     asg = _asg(burst, cluster["name"])
     assert (asg["minSize"], asg["maxSize"], asg["desiredCapacity"]) == (0, 0, 0)
     # The launch template is still declared for CreateFleet, with the join block.

@@ -20,7 +20,7 @@ from coreburst.burst.slurmconf import (
 )
 from coreburst.common.catalog import load_catalog
 from infra.config import StackConfigError
-from tests.helpers.burst import stack_map
+from tests.helpers.burst import stack_map, with_on_prem
 
 ROOT = Path(__file__).resolve().parents[3]  # the checkout: its example stacks
 
@@ -195,6 +195,6 @@ def test_one_burst_section_serves_pulumi_and_slurm_conf() -> None:
     assert s.settings.node is not None and s.settings.node.conf_mode == "configless"
     params = _lines(render_slurm_include(s), "SlurmctldParameters=")
     assert params and "enable_configless" in params[0].split("=", 1)[1].split(",")
-    assert evaluate_config("lab", raw).config.burst is not None
+    assert evaluate_config("lab", with_on_prem(raw)).config.burst is not None
     no_node = parse_burst("lab", stack_map(raw["coreburst:clusters"], {}))
     assert "enable_configless" not in render_slurm_include(no_node)

@@ -10,6 +10,7 @@ import pytest
 
 from infra.config import StackConfigError
 from infra.offline import evaluate_config
+from tests.helpers.burst import ON_PREM, VPN
 
 
 def _reject(config: dict[str, Any]) -> str:
@@ -352,15 +353,21 @@ def test_a_burst_section_is_accepted_and_declares_only_the_node_join(
     dev_config: dict[str, Any],
 ) -> None:
     """`coreburst:burst` belongs to `coreburst burst slurm-conf` (coreburst/burst/config.py), except
-    `node` (infra/config.py BurstNode): `pulumi up` passes the controller-side keys through and
-    declares only what burst nodes read to join Slurm (tests/unit/infra/test_userdata_burst.py)."""
+    `node` (infra/config.py BurstNode) and the network keys (SlurmNetwork): `pulumi up` passes
+    the controller-side keys through and declares only what burst nodes read to join Slurm
+    (tests/unit/infra/test_userdata_burst.py) and the security group that lets them reach it
+    (tests/unit/infra/test_slurm_network.py)."""
+    dev_config["coreburst:vpn"] = VPN
     plain = evaluate_config("dev", dev_config)
     dev_config["coreburst:burst"] = {
         "coreNodes": "dgx[01-04]",
         "node": {"confServer": "slurmctl.corp.example"},
+        "onPrem": ON_PREM,
     }
     with_burst = evaluate_config("dev", dev_config)
     assert with_burst.config.burst is not None
     assert with_burst.config.burst.model_extra == {"coreNodes": "dgx[01-04]"}
     added = {r.name for r in with_burst.resources} - {r.name for r in plain.resources}
-    assert added == {"slurm-munge-key", "slurm-conf-server", "dev-p5-node-slurm-join"}
+    network = {n for n in added if n.startswith("net-slurm")}
+    assert "net-slurm" in network
+    assert added - network == {"slurm-munge-key", "slurm-conf-server", "dev-p5-node-slurm-join"}

@@ -47,6 +47,7 @@ import pytest
 from infra.config import StackConfigError
 from infra.offline import FAKE_ACCOUNT, Evaluation, _Mocks, evaluate_config
 from infra.userdata import JOIN_BEGIN, JOIN_END, SlurmJoin, render_slurm_join
+from tests.helpers.burst import with_on_prem
 
 REGION = "us-east-1"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{FAKE_ACCOUNT}:secret:coreburst-munge-AbCdEf"
@@ -63,7 +64,7 @@ def _burst(config: dict[str, Any], **node: Any) -> dict[str, Any]:
         "coreNodes": "dgx[01-04]",
         "node": {"confServer": "slurmctl.corp.example:6817", **node},
     }
-    return config
+    return with_on_prem(config)
 
 
 def _script(ev: Evaluation, cluster: str) -> str:
@@ -123,6 +124,11 @@ def test_existing_secret_and_parameter_are_used_not_declared(dev_config: dict[st
         (
             {"node": {"confServer": "ctl corp:6817"}},
             "coreburst:burst.node.confServer: 'ctl corp:6817' is not a Slurm conf server",
+        ),
+        (
+            {"node": {"confServer": "ctl.corp:99999"}},
+            "coreburst:burst.node.confServer: 'ctl.corp:99999' names port 99999: a TCP port is "
+            "1-65535 (e.g. 6817)",
         ),
         ({"node": {"confMode": "file"}}, "confMode file needs slurmConfParameterArn"),
         (

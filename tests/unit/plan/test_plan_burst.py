@@ -26,6 +26,7 @@ from infra.cost import estimate_stack, totals
 from infra.offline import evaluate_config, load_stack_yaml
 from policies.pricing import price_resources
 from policies.sources import from_offline
+from tests.helpers.burst import with_on_prem
 
 CAT = load_catalog()
 H = CAT.hours_per_month
@@ -54,7 +55,7 @@ def _burst_config(tmp_path: Path, gate: bool = True, daily: float = 5000) -> dic
         )
         burst["spendGate"] = {"guardrailsConfig": str(g)}
     cfg["coreburst:burst"] = burst
-    return cfg
+    return with_on_prem(cfg)
 
 
 def _write(root: Path, name: str, config: dict[str, Any]) -> None:
