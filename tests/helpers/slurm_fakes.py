@@ -115,20 +115,32 @@ FAKE_SCONTROL = """#!{python}
 # A fake scontrol made for these tests (not Slurm): it records its argv and answers
 # "-o show nodes" with nodes.<n>.txt for the n-th call (or nodes.txt), "-o show reservation"
 # with reservations.txt, "update", "create" and "delete" with nothing (a job update with
-# update-refused.txt's text on stderr and exit 1, once, when that file is there).
+# update-refused.txt's text on stderr and exit 1, once, when that file is there); "--json show
+# nodes" with nodes.<n>.json / nodes.json, or, without one, as Slurm 22.05 does (its scontrol
+# has no --json).
 import json, pathlib, sys
 here = pathlib.Path(__file__).parent
 args = sys.argv[1:]
 with open(here / "calls.jsonl", "a") as f:
     f.write(json.dumps(args) + "\\n")
 if args[:3] == ["-o", "show", "nodes"]:
-    n = sum(1 for x in (here / "calls.jsonl").read_text().splitlines() if "show" in x)
+    n = sum(1 for x in (here / "calls.jsonl").read_text().splitlines()
+            if "show" in x and "--json" not in x)
     page = here / f"nodes.{{n}}.txt"
     print((page if page.exists() else here / "nodes.txt").read_text(), end="")
+elif args[:3] == ["--json", "show", "nodes"]:
+    n = sum(1 for x in (here / "calls.jsonl").read_text().splitlines() if "--json" in x)
+    page = here / f"nodes.{{n}}.json"
+    page = page if page.exists() else here / "nodes.json"
+    if not page.exists():
+        print("scontrol: unrecognized option '--json'", file=sys.stderr)
+        print('Try "scontrol --help" for more information', file=sys.stderr)
+        sys.exit(1)
+    print(page.read_text(), end="")
 elif args[:3] == ["-o", "show", "reservation"]:
     r = here / "reservations.txt"
     print(r.read_text() if r.exists() else "No reservations in the system")
-elif args[:2] == ["update", args[1]] and args[1].startswith("jobid=") and (
+elif args[:1] == ["update"] and args[1:2] != [] and args[1].startswith("jobid=") and (
     here / "update-refused.txt"
 ).exists():
     print((here / "update-refused.txt").read_text(), end="", file=sys.stderr)
@@ -152,6 +164,11 @@ class FakeSlurm:
     def set_nodes(self, *lines: str, page: int | None = None) -> None:
         name = f"nodes.{page}.txt" if page else "nodes.txt"
         (self.dir / name).write_text("".join(f"{ln}\n" for ln in lines))
+
+    def set_nodes_json(self, doc: str, page: int | None = None) -> None:
+        """What ``scontrol --json show nodes`` prints (Slurm 23.02 on); without it the fake
+        answers as 22.05 does."""
+        (self.dir / (f"nodes.{page}.json" if page else "nodes.json")).write_text(doc)
 
     def calls(self) -> list[list[str]]:
         path = self.dir / "calls.jsonl"

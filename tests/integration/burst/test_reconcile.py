@@ -63,10 +63,17 @@ def test_one_cycle_terminates_the_orphan_and_spares_the_busy_node(burst_lab: Bur
             ],
         )["Instances"][0]["InstanceId"]
 
-        # The adapter reads the real scontrol: CLOUD only on the burst nodes.
-        nodes = Scontrol(conf=slurm.conf).nodes()
+        # A Comment that reads like fields (coreburst and operators write EC2 messages there)
+        # changes nothing: od-2 stays powered down, so its instance is still an orphan.
+        note = "ec2: instance-retirement State=IDLE NodeAddr=10.9.9.9"
+        slurm.run("scontrol", "update", "nodename=od-2", f"comment={note}")
+        # The adapter reads the real scontrol: CLOUD only on the burst nodes; --json from 23.02.
+        sc = Scontrol(conf=slurm.conf)
+        nodes = sc.nodes()
+        assert sc.has_json is (slurm_release() >= (23, 2))
         assert not nodes["core1"].cloud and nodes["od-1"].cloud and nodes["od-1"].busy
         assert nodes["od-2"].powered_down and not nodes["od-2"].busy
+        assert nodes["od-2"].comment == note and nodes["od-2"].fields["NodeAddr"] == "od-2"
 
         lab_dir = slurm.lab
         cfg = parse_config(

@@ -46,8 +46,8 @@ FAKE_TOOL = """#!{python}
 # A fake Slurm client made for these tests (not Slurm), installed as scontrol, squeue and
 # scancel: it records its name and argv, answers "scontrol -o show nodes" with nodes.txt,
 # "scontrol -o show job N" with job-N.txt (or Slurm's "Invalid job id specified" error),
-# "squeue --json ..." with squeue-json.txt, any other squeue with squeue.txt, and every other
-# call with nothing.
+# "squeue --json ..." with squeue-json.txt, any other squeue with squeue.txt, "scontrol --json
+# ..." as Slurm 22.05 does (it has no --json), and every other call with nothing.
 import json, pathlib, sys
 here = pathlib.Path(sys.argv[0]).parent
 tool, args = pathlib.Path(sys.argv[0]).name, sys.argv[1:]
@@ -58,6 +58,9 @@ def show(name):
     print(p.read_text() if p.exists() else "", end="")
 if tool == "scontrol" and args[:3] == ["-o", "show", "nodes"]:
     show("nodes.txt")
+elif tool == "scontrol" and args[:1] == ["--json"]:
+    print("scontrol: unrecognized option '--json'", file=sys.stderr)
+    sys.exit(1)
 elif tool == "scontrol" and args[:3] == ["-o", "show", "job"]:
     if not (here / f"job-{{args[3]}}.txt").exists():
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
@@ -466,6 +469,8 @@ def test_a_failing_drain_leaves_the_message_for_the_next_cycle(world: World) -> 
         f"#!{sys.executable}\nimport sys\n"
         "if 'update' in sys.argv: sys.exit(print('slurm_update error: Unable to contact slurm "
         "controller', file=sys.stderr) or 1)\n"
+        "if '--json' in sys.argv: sys.exit(print(\"scontrol: unrecognized option '--json'\", "
+        "file=sys.stderr) or 1)\n"
         "print(open(__file__.rsplit('/', 1)[0] + '/nodes.txt').read(), end='')\n"
     )
     world.send("spot_interruption_warning.json", iid)
