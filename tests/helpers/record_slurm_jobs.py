@@ -19,12 +19,12 @@ The jobs (all held, so nothing runs):
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from coreburst.sandbox.slurmlab import SlurmLab, slurm_release
+from coreburst.sandbox.slurmlab import SlurmLab
+from tests.helpers.slurm_recording import main, release_name, write_all
 
 SITE_1 = "site: project=alpha  Partition=fake | ops"
 USER_1 = "x y Comment=user note: keep me StdErr= StdIn=/dev/null"
@@ -36,8 +36,7 @@ NOTES_3 = (
 
 
 def record(out_dir: Path) -> list[Path]:
-    major, minor = slurm_release()
-    release = f"{major}.{minor:02d}"
+    release = release_name()
     with tempfile.TemporaryDirectory() as tmp:
         lab = SlurmLab(Path(tmp) / "lab", {})
         try:
@@ -56,30 +55,14 @@ def record(out_dir: Path) -> list[Path]:
             as_text = lab.run("scontrol", "-o", "show", "job").stdout
         finally:
             lab.stop()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in (
-        (f"squeue-jobs-{release}-recorded.json", as_json),
-        (f"scontrol-o-show-job-{release}-recorded.txt", as_text),
-    ):
-        path = out_dir / name
-        path.write_text(text)
-        written.append(path)
-    return written
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tests.helpers.record_slurm_jobs OUT_DIR", file=sys.stderr)
-        return 2
-    try:
-        for path in record(Path(argv[0])):
-            print(f"wrote {path} ({path.stat().st_size} bytes)")
-    except subprocess.CalledProcessError as exc:
-        print(f"record_slurm_jobs: {exc.cmd} failed: {exc.stderr.strip()}", file=sys.stderr)
-        return 1
-    return 0
+    return write_all(
+        out_dir,
+        {
+            f"squeue-jobs-{release}-recorded.json": as_json,
+            f"scontrol-o-show-job-{release}-recorded.txt": as_text,
+        },
+    )
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main("record_slurm_jobs", record, sys.argv[1:]))

@@ -23,12 +23,12 @@ The nodes (the lab's: core1, core2, and the CLOUD nodes od-1, od-2, sp-1, cb-1, 
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from coreburst.sandbox.slurmlab import SlurmLab, slurm_release
+from coreburst.sandbox.slurmlab import SlurmLab
+from tests.helpers.slurm_recording import main, release_name, write_all
 
 DRAIN_REASON = "disk check"
 DRAIN_COMMENT = "ticket #7: back after reboot State=IDLE Reason=none"
@@ -40,8 +40,7 @@ OD2_COMMENT = "coreburst: EC2 instance-retirement State=IDLE NodeAddr=10.9.9.9 B
 
 
 def record(out_dir: Path) -> list[Path]:
-    major, minor = slurm_release()
-    release = f"{major}.{minor:02d}"
+    release = release_name()
     with tempfile.TemporaryDirectory() as tmp:
         lab = SlurmLab(Path(tmp) / "lab", {})
         try:
@@ -62,30 +61,10 @@ def record(out_dir: Path) -> list[Path]:
                 raise RuntimeError(f"scontrol --json show nodes: {as_json.stderr.strip()}")
         finally:
             lab.stop()
-    out_dir.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name, text in (
-        (f"scontrol-show-nodes-{release}-recorded.txt", as_text),
-        (json_name, json_text),
-    ):
-        path = out_dir / name
-        path.write_text(text)
-        written.append(path)
-    return written
-
-
-def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m tests.helpers.record_slurm_nodes OUT_DIR", file=sys.stderr)
-        return 2
-    try:
-        for path in record(Path(argv[0])):
-            print(f"wrote {path} ({path.stat().st_size} bytes)")
-    except subprocess.CalledProcessError as exc:
-        print(f"record_slurm_nodes: {exc.cmd} failed: {exc.stderr.strip()}", file=sys.stderr)
-        return 1
-    return 0
+    return write_all(
+        out_dir, {f"scontrol-show-nodes-{release}-recorded.txt": as_text, json_name: json_text}
+    )
 
 
 if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))
+    raise SystemExit(main("record_slurm_nodes", record, sys.argv[1:]))
