@@ -31,7 +31,7 @@ from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.cloudwatch_cost import CloudWatchBill, FleetGroup
 from coreburst.common.cloudwatch_cost import bill as cloudwatch_bill
 from coreburst.common.console import console as make_console
-from coreburst.common.pricing import CostLine
+from coreburst.common.pricing import CostLine, cites_unverified, merge_sources, sources_legend
 from coreburst.common.textio import read_text
 from guardrails.configfile import cloudwatch_cadence
 from guardrails.configfile import parse_config as guardrails_defaults
@@ -268,15 +268,27 @@ def _usd(x: float) -> str:
 
 # Marks a price whose catalog figure is `unverified: true` (an estimate), in every table.
 UNVERIFIED = "unverified"
+# Every table's last column: the catalog figures a line was priced from, each as
+# `source-key as_of`, `unverified` added where it is (`ref 2025-06; estimate 2026-11 unverified`).
+PRICE_SOURCE = "price source"
+_unverified = cites_unverified
 
 
-def _unverified(source: str) -> bool:
-    """Whether a line's price rests on a catalog figure marked ``unverified: true``."""
-    return any(part.strip().endswith(" unverified") for part in source.split(";"))
+def _all_sources(report: Report) -> str:
+    """Every figure citation the report's dollars rest on, each once."""
+    parts = [x.source for x in report.lines]
+    if report.compare is not None:
+        parts += [x.source for x in report.compare.lines]
+    if report.burst is not None:
+        parts += [p.source for p in report.burst.pools]
+    if report.cloudwatch is not None:
+        parts.append(report.cloudwatch.source)
+    return merge_sources(*parts)
 
 
-def _flag(source: str) -> str:
-    return UNVERIFIED if _unverified(source) else ""
+def _legend(report: Report) -> str:
+    """Where each source key the report cites can be checked (docs/sources.md explains them)."""
+    return sources_legend(load_catalog().sources, _all_sources(report))
 
 
 def _unverified_note(report: Report) -> str | None:
@@ -293,9 +305,9 @@ def _unverified_note(report: Report) -> str | None:
     )
 
 
-def _diff_rows(report: Report) -> list[tuple[str, float, float, bool]]:
-    """(item, base $/month, stack $/month, unverified) for ``--compare``: the delta is
-    stack - base, so what the stack adds to the base is positive."""
+def _diff_rows(report: Report) -> list[tuple[str, float, float, str]]:
+    """(item, base $/month, stack $/month, price source of both) for ``--compare``: the delta
+    is stack - base, so what the stack adds to the base is positive."""
     other = report.compare
     assert other is not None
     mine = {x.item: x for x in report.lines}
@@ -310,7 +322,7 @@ def _diff_rows(report: Report) -> list[tuple[str, float, float, bool]]:
             i,
             usd(base, i),
             usd(mine, i),
-            any(_unverified(d[i].source) for d in (mine, base) if i in d),
+            merge_sources(*(d[i].source for d in (base, mine) if i in d)),
         )
         for i in items
     ]
@@ -363,7 +375,7 @@ BURST_COLUMNS = (
     "$/hour, all nodes",
     "MaxTime",
     "$ largest gate projection",
-    "price",
+    PRICE_SOURCE,
 )
 
 
@@ -380,7 +392,7 @@ def _burst_rows(b: Burst) -> list[tuple[str, ...]]:
                 _usd(p.usd_per_hour_all_nodes),
                 p.max_time,
                 "no MaxTime" if proj is None else _usd(proj),
-                _flag(p.source),
+                p.source,
             )
         )
     return rows
@@ -452,6 +464,16 @@ def _burst_json(b: Burst) -> dict[str, Any]:
     }
 
 
+def _sources_json(report: Report) -> dict[str, Any]:
+    from coreburst.common.pricing import source_keys
+
+    cat = load_catalog()
+    return {
+        k: cat.sources[k].model_dump(exclude_none=True) if k in cat.sources else None
+        for k in sorted(source_keys(_all_sources(report)))
+    }
+
+
 def to_json(report: Report) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "stack": report.stack,
@@ -479,6 +501,9 @@ def to_json(report: Report) -> dict[str, Any]:
         "budgetNotes": _budget_lines(report),
         "burst": None if report.burst is None else _burst_json(report.burst),
         "cloudwatchPerDay": _cloudwatch_json(report.cloudwatch),
+        # each source key the priceSource fields cite: its page (with the date read) or the
+        # file recording it (docs/sources.md)
+        "priceSources": _sources_json(report),
         "policies": {
             "checked": report.policies_checked,
             "config": report.policy_config,
@@ -507,9 +532,10 @@ def to_json(report: Report) -> dict[str, Any]:
                     "baseMonthlyUsd": round(base, 2),
                     "monthlyUsd": round(mine, 2),
                     "deltaUsd": round(mine - base, 2),
-                    "unverified": flagged,
+                    "priceSource": src,
+                    "unverified": _unverified(src),
                 }
-                for i, base, mine, flagged in _diff_rows(report)
+                for i, base, mine, src in _diff_rows(report)
             ],
             "totals": {
                 "baseMonthlyUsd": round(other.monthly, 2),
@@ -526,13 +552,13 @@ def to_markdown(report: Report) -> str:
         "",
         f"{report.resource_count} AWS resources; {len(report.lines)} priced lines below.",
         "",
-        "| category | resource | detail | $/hour | $/month | price |",
+        f"| category | resource | detail | $/hour | $/month | {PRICE_SOURCE} |",
         "|---|---|---|---:|---:|---|",
     ]
     for x in report.lines:
         out.append(
             f"| {x.category} | `{x.item}` | {x.detail} | {_usd(x.hourly_usd)} "
-            f"| {_usd(x.monthly_usd)} | {_flag(x.source)} |"
+            f"| {_usd(x.monthly_usd)} | {x.source} |"
         )
     out.append(f"| **total** | | | **{_usd(report.hourly)}** | **{_usd(report.monthly)}** | |")
     out.append("")
@@ -554,14 +580,11 @@ def to_markdown(report: Report) -> str:
             f"#### `{report.stack}` vs `{other.stack}` ($/month)",
             "",
             f"| resource | {other.stack} | {report.stack} | {report.stack} - {other.stack} "
-            "| price |",
+            f"| {PRICE_SOURCE} |",
             "|---|---:|---:|---:|---|",
         ]
-        for item, base, mine, flagged in _diff_rows(report):
-            out.append(
-                f"| `{item}` | {_usd(base)} | {_usd(mine)} | {mine - base:+,.2f} "
-                f"| {UNVERIFIED if flagged else ''} |"
-            )
+        for item, base, mine, src in _diff_rows(report):
+            out.append(f"| `{item}` | {_usd(base)} | {_usd(mine)} | {mine - base:+,.2f} | {src} |")
         out.append(
             f"| **total** | **{_usd(other.monthly)}** | **{_usd(report.monthly)}** "
             f"| **{report.monthly - other.monthly:+,.2f}** | |"
@@ -572,6 +595,7 @@ def to_markdown(report: Report) -> str:
         out += [note, ""]
     if report.cloudwatch is not None:
         out += [_cloudwatch_line(report.cloudwatch), ""]
+    out += [_legend(report), ""]
     if not report.violations:
         out.append(f"**Policies: PASS** ({report.policies_checked} policies, no violations)")
     else:
@@ -586,7 +610,7 @@ def print_table(report: Report, console: Console) -> None:
         title=f"stack {report.stack}: {report.resource_count} AWS resources, estimated cost "
         f"({report.region}, {report.source})"
     )
-    for col in ("category", "resource", "detail", "$/hour", "$/month", "price"):
+    for col in ("category", "resource", "detail", "$/hour", "$/month", PRICE_SOURCE):
         cost.add_column(col, justify="right" if col.startswith("$") else "left")
     for x in report.lines:
         cost.add_row(
@@ -595,7 +619,7 @@ def print_table(report: Report, console: Console) -> None:
             x.detail,
             _usd(x.hourly_usd),
             _usd(x.monthly_usd),
-            _flag(x.source),
+            x.source,
         )
     cost.add_row("total", "", "", _usd(report.hourly), _usd(report.monthly), "", style="bold")
     console.print(cost)
@@ -616,11 +640,9 @@ def print_table(report: Report, console: Console) -> None:
         diff.add_column("resource")
         for col in (other.stack, report.stack, f"{report.stack} - {other.stack}"):
             diff.add_column(col, justify="right")
-        diff.add_column("price")
-        for item, base, mine, flagged in _diff_rows(report):
-            diff.add_row(
-                item, _usd(base), _usd(mine), f"{mine - base:+,.2f}", UNVERIFIED if flagged else ""
-            )
+        diff.add_column(PRICE_SOURCE)
+        for item, base, mine, src in _diff_rows(report):
+            diff.add_row(item, _usd(base), _usd(mine), f"{mine - base:+,.2f}", src)
         diff.add_row(
             "total",
             _usd(other.monthly),
@@ -635,6 +657,7 @@ def print_table(report: Report, console: Console) -> None:
         console.print(note, highlight=False)
     if report.cloudwatch is not None:
         console.print(_cloudwatch_line(report.cloudwatch), markup=False)
+    console.print(_legend(report), markup=False, highlight=False)
     console.print(f"policy config: {report.policy_config}")
     if not report.violations:
         console.print(f"policies: PASS ({report.policies_checked} policies, no violations)")

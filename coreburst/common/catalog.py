@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -35,6 +36,52 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# When a source was read: a month or a day.
+_DATE = re.compile(r"20\d\d-(0[1-9]|1[0-2])(-(0[1-9]|[12]\d|3[01]))?")
+
+
+class Source(_Strict):
+    """Where the figures that cite one source key come from.
+
+    ``url``: the public page a reader can check the figures against; ``file``: a file in this
+    repository that records what was taken (a path from the repository root, ``#section``
+    allowed), for a source that is not a public page (a recorded snapshot, our own estimate).
+    At least one of them; ``read``: when the page was read (required with ``url``);
+    ``took``: what was taken from it. ``docs/sources.md`` explains each key.
+    """
+
+    title: str
+    url: str | None = None
+    file: str | None = None
+    read: str | None = None
+    took: str
+
+    @model_validator(mode="after")
+    def _resolvable(self) -> Source:
+        if self.url is None and self.file is None:
+            raise ValueError(f"{self.title!r}: give url (a public page) or file (in the repo)")
+        if self.url is not None and not self.url.startswith("https://"):
+            raise ValueError(f"url {self.url!r}: give an https:// address")
+        if self.file is not None:
+            path = self.file.split("#", 1)[0]
+            if not path or path.startswith("/") or ".." in Path(path).parts:
+                raise ValueError(f"file {self.file!r}: give a path inside the repository")
+        if self.url is not None and self.read is None:
+            raise ValueError(f"{self.title!r}: say when {self.url} was read (read: YYYY-MM)")
+        if self.read is not None and not _DATE.fullmatch(self.read):
+            raise ValueError(f"read {self.read!r}: give a date, YYYY-MM or YYYY-MM-DD")
+        return self
+
+    @property
+    def where(self) -> str:
+        """Where to look, for a footer: ``https://... (read 2025-06)``, the file, or both
+        (``https://... (read 2026-11; recorded in docs/sources.md#x)``)."""
+        if self.url is None:
+            return str(self.file)
+        recorded = f"; recorded in {self.file}" if self.file else ""
+        return f"{self.url} (read {self.read}{recorded})"
+
+
 class Figure(_Strict):
     """One number with its provenance."""
 
@@ -42,6 +89,15 @@ class Figure(_Strict):
     as_of: str
     source: str
     unverified: bool = False
+
+    @property
+    def cited(self) -> str:
+        """``source as_of``, `` unverified`` added where it is: how every output cites it.
+
+        >>> Figure(value=1, as_of="2025-06", source="estimate", unverified=True).cited
+        'estimate 2025-06 unverified'
+        """
+        return f"{self.source} {self.as_of}" + (" unverified" if self.unverified else "")
 
 
 class IntFigure(_Strict):
@@ -191,7 +247,7 @@ class Catalog(_Strict):
     schema_: int = Field(alias="schema")
     currency: Literal["USD"]
     hours_per_month: float
-    sources: dict[str, str]
+    sources: dict[str, Source]
     instances: dict[str, InstanceType]
     spot_fraction_of_on_demand: Figure
     ami_ssm_parameters: dict[Literal["nvidia", "neuron"], str]
@@ -286,14 +342,13 @@ class Catalog(_Strict):
             lower = upper
         return cost
 
-    def unverified_figures(self) -> list[str]:
-        """Dotted paths of every figure marked unverified, for reports and reviews."""
-        found: list[str] = []
+    def figures(self) -> list[tuple[str, Figure | IntFigure | NeuronCores]]:
+        """Every figure with its dotted path (``instances.p5.48xlarge.power_kw``)."""
+        found: list[tuple[str, Figure | IntFigure | NeuronCores]] = []
 
         def walk(node: object, path: str) -> None:
             if isinstance(node, Figure | IntFigure | NeuronCores):
-                if node.unverified:
-                    found.append(path)
+                found.append((path, node))
             elif isinstance(node, BaseModel):
                 for name in type(node).model_fields:
                     walk(getattr(node, name), f"{path}.{name}" if path else name)
@@ -306,6 +361,31 @@ class Catalog(_Strict):
 
         walk(self, "")
         return found
+
+    def unverified_figures(self) -> list[str]:
+        """Dotted paths of every figure marked unverified, for reports and reviews."""
+        return [path for path, fig in self.figures() if fig.unverified]
+
+    def source_of(self, key: str) -> Source:
+        """The ``sources`` entry a figure cites (every key a figure cites is listed)."""
+        try:
+            return self.sources[key]
+        except KeyError:
+            raise CatalogError(f"source {key!r} is not in the catalog's sources") from None
+
+    @model_validator(mode="after")
+    def _every_source_listed(self) -> Catalog:
+        missing = [
+            f"{path} cites {fig.source!r}"
+            for path, fig in self.figures()
+            if fig.source not in self.sources
+        ]
+        if missing:
+            raise ValueError(
+                f"{missing[0]}, which sources does not list (add it under sources: with a url "
+                "or a file)"
+            )
+        return self
 
 
 def parse_catalog(text: str, origin: str = "<catalog>") -> Catalog:

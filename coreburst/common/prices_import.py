@@ -41,11 +41,17 @@ from coreburst.common.catalog import CATALOG_PATH, Catalog, CatalogError, Figure
 from coreburst.common.textio import read_text
 
 SOURCE_KEY = "aws-price-list"
-SOURCE_TEXT = (
-    "AWS Price List bulk offer files (AWS Billing user guide, 'Reading the service price list "
-    "file for an AWS service'): terms.OnDemand pricePerUnit USD, imported by `coreburst prices "
-    "import`; as_of is the offer's publicationDate"
-)
+# The catalog's ``sources`` entry for imported figures (coreburst.common.catalog.Source): the
+# public index of the offer files, read on the offer's publicationDate (each figure's as_of).
+SOURCE = {
+    "title": (
+        "AWS Price List bulk offer files (AWS Billing user guide, 'Reading the service price "
+        "list file for an AWS service'), imported by `coreburst prices import`"
+    ),
+    "url": "https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/index.json",
+    "took": "terms.OnDemand pricePerUnit USD of each matched product; as_of is the offer's "
+    "publicationDate",
+}
 SERVICES = {
     "AmazonEC2": "EC2 on-demand instance-hours",
     "AmazonFSx": "FSx for Lustre storage GB-months",
@@ -432,6 +438,15 @@ def _node_at(root: yaml.Node, path: tuple[str, ...]) -> yaml.Node:
     return node
 
 
+def _last_scalar(node: yaml.Node) -> yaml.Node:
+    """The last scalar inside ``node``: where its text ends (a block mapping's own end mark
+    is the start of whatever follows it)."""
+    while isinstance(node, yaml.MappingNode | yaml.SequenceNode) and node.value:
+        last = node.value[-1]
+        node = last[1] if isinstance(last, tuple) else last
+    return node
+
+
 def apply_changes(text: str, plan: ImportPlan) -> str:
     """catalog.yaml's text with each imported figure replaced in place (flow mapping on its
     own span), and the ``aws-price-list`` source named once under ``sources``."""
@@ -447,8 +462,11 @@ def apply_changes(text: str, plan: ImportPlan) -> str:
     if SOURCE_KEY not in {k.value for k, _ in sources.value}:
         first_key = sources.value[0][0]
         indent = " " * first_key.start_mark.column
-        at = sources.value[-1][1].end_mark.index
-        spans.append((at, at, f"\n{indent}{SOURCE_KEY}: {json.dumps(SOURCE_TEXT)}"))
+        at = _last_scalar(sources).end_mark.index
+        entry = ", ".join(
+            f"{k}: {json.dumps(v)}" for k, v in {**SOURCE, "read": plan.as_of}.items()
+        )
+        spans.append((at, at, f"\n{indent}{SOURCE_KEY}: {{{entry}}}"))
     for start, end, new in sorted(spans, reverse=True):
         text = text[:start] + new + text[end:]
     return text

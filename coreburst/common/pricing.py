@@ -20,10 +20,10 @@ internet egress and NAT-processed data are priced from a volume the caller state
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from coreburst.common.catalog import Catalog, CatalogError, Figure
+from coreburst.common.catalog import Catalog, CatalogError, Figure, Source
 
 
 class UnpricedError(CatalogError):
@@ -44,12 +44,61 @@ class CostLine:
 
 
 def _src(*figures: Figure) -> str:
+    """How a line cites its figures: ``source as_of[ unverified]``, ``; ``-separated, each once
+    (``ref 2025-06; estimate 2026-11 unverified``)."""
     out: list[str] = []
     for f in figures:
-        text = f"{f.source} {f.as_of}" + (" unverified" if f.unverified else "")
-        if text not in out:
-            out.append(text)
+        if f.cited not in out:
+            out.append(f.cited)
     return "; ".join(out)
+
+
+def merge_sources(*sources: str) -> str:
+    """Several lines' ``source`` strings as one, each figure citation once, in order.
+
+    >>> merge_sources("ref 2025-06", "ref 2025-06; estimate 2026-11 unverified", "")
+    'ref 2025-06; estimate 2026-11 unverified'
+    """
+    out: list[str] = []
+    for s in sources:
+        for part in s.split("; "):
+            if part and part not in out:
+                out.append(part)
+    return "; ".join(out)
+
+
+def cites_unverified(source: str) -> bool:
+    """Whether a ``source`` string cites a figure marked ``unverified: true``."""
+    return any(part.strip().endswith(" unverified") for part in source.split(";"))
+
+
+def source_keys(source: str) -> list[str]:
+    """The source keys a ``source`` string cites, in order, each once."""
+    keys: list[str] = []
+    for part in source.split(";"):
+        key = part.strip().split(" ", 1)[0]
+        if key and key not in keys:
+            keys.append(key)
+    return keys
+
+
+def sources_legend(sources: Mapping[str, Source], source: str) -> str:
+    """Where each key a ``source`` string cites can be checked (a ``sources`` table: the
+    catalog's, the TCO defaults'), for a report's footer; ``scenario`` (a figure the user gave)
+    needs none; a key the table lacks is named as such. Keys in alphabetical order, so the line
+    reads the same whatever order the lines it covers came in.
+
+    >>> from coreburst.common.catalog import load_catalog
+    >>> sources_legend(load_catalog().sources, "ref 2025-06; estimate 2026-11 unverified")
+    'sources: estimate = docs/sources.md#estimate; ref = docs/sources.md#ref'
+    """
+    parts = []
+    for key in sorted(source_keys(source)):
+        if key == "scenario":
+            continue
+        src = sources.get(key)
+        parts.append(f"{key} = {src.where if src else 'not in the sources table'}")
+    return "sources: " + ("; ".join(parts) or "none")
 
 
 def _need(figure: Figure | None, item: str, what: str) -> Figure:

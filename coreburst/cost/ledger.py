@@ -144,6 +144,13 @@ class Row:
     unknown: bool = False  # an idle row whose figure is unknown: shown so, left out of totals
     measured_gpu_s: Fraction = Fraction(0)  # GPU-seconds of job runs DCGM measured
     active_gpu_s: Fraction = Fraction(0)  # those x their engine-active ratio
+    # The catalog citations of the burst prices the row's burst dollars came from, each once
+    # (``ref 2025-06; estimate 2026-11 unverified`` for a spot pool).
+    burst_sources: list[str] = field(default_factory=list)
+
+    def cite_burst(self, node: BurstNode) -> None:
+        if node.source not in self.burst_sources:
+            self.burst_sources.append(node.source)
 
     @property
     def gpu_active(self) -> float | None:
@@ -305,6 +312,7 @@ def build_ledger(
                 continue
             row.burst_gpu_s += per_node
             row.burst_usd += per_node * Fraction(b.usd_per_hour) / (b.gpus * 3600)
+            row.cite_burst(b)
     if unknown_gpus:
         notes.append(
             f"{len(unknown_gpus)} job run(s) have no gres/gpu in their TRES (counted as 0 "
@@ -340,6 +348,7 @@ def build_ledger(
             else:
                 idle.burst_gpu_s += spare
                 idle.burst_usd += spare * Fraction(b.usd_per_hour) / (b.gpus * 3600)
+                idle.cite_burst(b)
             idle_by_node[node] = {
                 "cluster": b.cluster,
                 "instance_type": b.instance_type,

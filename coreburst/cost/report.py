@@ -23,6 +23,13 @@ The report does not read instance tags; the resume program's
 Explorer or the CUR with these rows.
 
 **Teams** are Slurm accounts, or what ``--teams FILE`` (YAML ``account: team``) maps them to.
+
+**Provenance**: every dollar says what it was priced from. The owned rate's figures (the TCO
+defaults' and the catalog's, each with its source key, date and ``unverified``) or that the
+user gave it; each burst pool's catalog price with its source key and date; per row, the
+citations its core and burst dollars rest on and which of its dollar columns rest on an
+unverified figure (table, CSV and JSON alike); the source keys resolve in the catalog's and
+the TCO defaults' ``sources`` tables (docs/sources.md).
 """
 
 from __future__ import annotations
@@ -132,7 +139,25 @@ def _teams(path: Path | None) -> dict[str, str]:
     return {k: v.strip() for k, v in doc.items()}
 
 
-def owned_rate(gpu_hour_usd: str | None, scenario: Path | None) -> tuple[Decimal | None, str]:
+@dataclass(frozen=True)
+class OwnedPrice:
+    """The owned $/GPU-hour, where it came from (``source``: the option or the scenario that set
+    it), the catalog citations it rests on (``cites``, ``source as_of[ unverified]``; the
+    option's name for a rate the user gave) and each figure behind it."""
+
+    rate: Decimal | None
+    source: str
+    cites: str = ""
+    figures: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def unverified(self) -> bool:
+        from coreburst.common.pricing import cites_unverified
+
+        return self.rate is not None and cites_unverified(self.cites)
+
+
+def owned_rate(gpu_hour_usd: str | None, scenario: Path | None) -> OwnedPrice:
     """The owned $/GPU-hour and where it came from."""
     if gpu_hour_usd is not None:
         try:
@@ -141,18 +166,20 @@ def owned_rate(gpu_hour_usd: str | None, scenario: Path | None) -> tuple[Decimal
             raise _fail(f"--gpu-hour-usd {gpu_hour_usd!r}: give a number such as 2.35") from None
         if not rate.is_finite() or not 0 <= rate < 1_000_000:
             raise _fail("--gpu-hour-usd: give a price from 0 to 1,000,000 $ per GPU-hour")
-        return rate, "--gpu-hour-usd"
+        # the user's own figure: no catalog source to cite, and not ours to call unverified
+        return OwnedPrice(rate, "--gpu-hour-usd", "--gpu-hour-usd")
     if scenario is None:
-        return None, "none (give --scenario or --gpu-hour-usd to price core GPU-hours)"
+        return OwnedPrice(None, "none (give --scenario or --gpu-hour-usd to price core GPU-hours)")
+    from coreburst.common.pricing import merge_sources
     from coreburst.common.textio import read_text
     from coreburst.tco.cli import build_scenario
-    from coreburst.tco.model import TcoError, scenario_gpu_hour_price
+    from coreburst.tco.model import TcoError, scenario_gpu_hour_quote
 
     try:
         data = yaml.safe_load(read_text(scenario, "scenario", TcoError)) or {}
         if not isinstance(data, dict):
             raise TcoError(f"{scenario}: a scenario is a mapping of keys (name, gpus, ...)")
-        price = scenario_gpu_hour_price(build_scenario(data, {}))
+        price, used = scenario_gpu_hour_quote(build_scenario(data, {}))
     except yaml.YAMLError:
         raise _fail(f"--scenario {scenario}: not valid YAML") from None
     except TcoError as exc:
@@ -161,7 +188,12 @@ def owned_rate(gpu_hour_usd: str | None, scenario: Path | None) -> tuple[Decimal
             f"--scenario: {msg}" if str(scenario) in msg else f"--scenario {scenario}: {msg}"
         ) from None
     # The model's float, to the precision it carries; the JSON states the rate used.
-    return Decimal(repr(price)), f"TCO scenario {scenario}"
+    return OwnedPrice(
+        Decimal(repr(price)),
+        f"TCO scenario {scenario}",
+        merge_sources(*(f.cited for f in used)),
+        tuple(f.model_dump() for f in used),
+    )
 
 
 @dataclass
@@ -252,7 +284,27 @@ def _h(gpu_s: Fraction) -> float:
     return round(float(gpu_s) / 3600, 3)
 
 
-def row_doc(r: Row) -> dict[str, Any]:
+def _provenance(r: Row, owned: OwnedPrice) -> dict[str, Any]:
+    """What a row's dollars were priced from, and which of its dollar columns rest on a
+    figure marked unverified (a finance reader's first question)."""
+    from coreburst.common.pricing import cites_unverified, merge_sources
+
+    core = owned.cites if owned.rate is not None else ""
+    burst = merge_sources(*r.burst_sources)
+    flagged = []
+    # a $0.00 from no GPU-hours rests on no price: only dollars that came from one are flagged
+    if core and cites_unverified(core) and r.core_cents is not None and r.core_gpu_s > 0:
+        flagged.append("core_usd")
+    if burst and cites_unverified(burst):
+        flagged.append("burst_usd")
+    if flagged and r.total_cents is not None:
+        flagged.append("total_usd")
+    return {"core_price_source": core, "burst_price_source": burst, "unverified": flagged}
+
+
+def row_doc(r: Row, owned: OwnedPrice | None = None) -> dict[str, Any]:
+    if owned is not None:
+        return {**row_doc(r), **_provenance(r, owned)}
     if r.unknown:  # an idle figure Slurm could not give: null, never 0
         return {
             "group": r.group,
@@ -281,6 +333,45 @@ def row_doc(r: Row) -> dict[str, Any]:
     }
 
 
+def _burst_prices(nodes: dict[str, BurstNode]) -> list[dict[str, Any]]:
+    """One entry per burst pool: its catalog price and what it cites (or why it has none)."""
+    from coreburst.common.pricing import cites_unverified
+
+    pools: dict[str, dict[str, Any]] = {}
+    for b in nodes.values():
+        if b.cluster in pools:
+            pools[b.cluster]["nodes"] += 1
+            continue
+        priced = b.usd_per_hour is not None
+        pools[b.cluster] = {
+            "cluster": b.cluster,
+            "instance_type": b.instance_type,
+            "market": b.market,
+            "nodes": 1,
+            "usd_per_hour": None if b.usd_per_hour is None else str(b.usd_per_hour),
+            # catalog figures with their dates; for an unpriced pool, why it has no price
+            "price_source": b.source if priced else None,
+            "unpriced_because": None if priced else b.source,
+            "unverified": priced and cites_unverified(b.source),
+        }
+    return list(pools.values())
+
+
+def _price_sources(cites: str) -> dict[str, Any]:
+    """Each source key ``cites`` names: its page (and the date read) or the file recording it,
+    from the catalog's or the TCO defaults' ``sources`` table."""
+    from coreburst.common.catalog import load_catalog
+    from coreburst.common.pricing import source_keys
+    from coreburst.tco.model import load_defaults
+
+    tables = {**load_defaults().sources, **load_catalog().sources}
+    return {
+        k: tables[k].model_dump(exclude_none=True) if k in tables else None
+        for k in sorted(source_keys(cites))
+        if k != "--gpu-hour-usd"
+    }
+
+
 def report_doc(
     ledger: Ledger,
     *,
@@ -288,10 +379,20 @@ def report_doc(
     since: int,
     until: int,
     source: str,
-    price_source: str,
+    price_source: str | OwnedPrice,
     capacity_source: str = "unknown",
     measured_source: str | None = None,
+    burst_nodes: dict[str, BurstNode] | None = None,
 ) -> dict[str, Any]:
+    from coreburst.common.pricing import merge_sources
+
+    owned = (
+        price_source
+        if isinstance(price_source, OwnedPrice)
+        else OwnedPrice(ledger.core_rate, price_source)
+    )
+    pools = _burst_prices(burst_nodes or {})
+    cites = merge_sources(owned.cites, *(p["price_source"] or "" for p in pools))
     iso = lambda t: datetime.fromtimestamp(t, UTC).isoformat()  # noqa: E731
     total = Row("total")
     for r in ledger.rows:
@@ -306,28 +407,39 @@ def report_doc(
         total.active_gpu_s += r.active_gpu_s
     total.core_cents = ledger.total("core_cents")
     total.burst_cents = ledger.total("burst_cents")
+    for r in ledger.all_rows:
+        for src in r.burst_sources:
+            if src not in total.burst_sources:
+                total.burst_sources.append(src)
     return {
         "since": iso(since),
         "until": iso(until),
         "by": by,
         "jobs_source": source,
         "owned_usd_per_gpu_hour": None if ledger.core_rate is None else str(ledger.core_rate),
-        "owned_price_source": price_source,
+        "owned_price_source": owned.source,
+        # the figures the owned rate is computed from, each with its source, date, unverified
+        "owned_price_cites": owned.cites,
+        "owned_price_figures": list(owned.figures),
+        "owned_price_unverified": owned.unverified,
         "burst_price_source": "catalog (coreburst/common/data/catalog.yaml), instance price",
+        "burst_prices": pools,
+        # every source key cited above: where it can be checked (docs/sources.md)
+        "price_sources": _price_sources(cites),
         "core_capacity_source": capacity_source,
         "gpu_active_source": measured_source,
-        "rows": [row_doc(r) for r in ledger.rows],
+        "rows": [row_doc(r, owned) for r in ledger.rows],
         # the idle core row holds no job: ``nodes`` are the core nodes counted, ``unknown``
         # those whose capacity Slurm could not give (not counted as idle)
         "idle_core": {
-            **row_doc(ledger.idle_core),
+            **row_doc(ledger.idle_core, owned),
             "jobs": 0,
             "nodes": ledger.idle_core_by_node,
             "unknown_nodes": ledger.core_unknown,
         },
         # the idle row holds no job: ``nodes`` are the burst nodes whose instances idled
-        "idle": {**row_doc(ledger.idle), "jobs": 0, "nodes": ledger.idle_by_node},
-        "total": row_doc(total),
+        "idle": {**row_doc(ledger.idle, owned), "jobs": 0, "nodes": ledger.idle_by_node},
+        "total": row_doc(total, owned),
         "notes": ledger.notes,
     }
 
@@ -349,7 +461,8 @@ def _csv(doc: dict[str, Any], by: str) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     keys = ["jobs", "core_gpu_h", "core_usd", "burst_gpu_h", "burst_usd", "unpriced_gpu_h"]
-    w.writerow([by, *keys, "total_usd", "gpu_active", "measured_gpu_h"])
+    prov = ["core_price_source", "burst_price_source", "unverified"]
+    w.writerow([by, *keys, "total_usd", "gpu_active", "measured_gpu_h", *prov])
     idle_rows = (doc["idle_core"], doc["idle"])
     for r in [*doc["rows"], *idle_rows, doc["total"]]:
         vals = [r[k] for k in [*keys, "total_usd"]]
@@ -360,7 +473,9 @@ def _csv(doc: dict[str, Any], by: str) -> str:
             if any(r is x for x in idle_rows)
             else ["n/a" if r["gpu_active"] is None else r["gpu_active"], r["measured_gpu_h"]]
         )
-        w.writerow([r["group"], *(word if v is None else v for v in vals), *measured])
+        # which dollar columns rest on an unverified figure, space-separated
+        cites = [r["core_price_source"], r["burst_price_source"], " ".join(r["unverified"])]
+        w.writerow([r["group"], *(word if v is None else v for v in vals), *measured, *cites])
     return buf.getvalue()
 
 
@@ -372,13 +487,16 @@ def _table(doc: dict[str, Any], by: str) -> None:
     if not console.is_terminal:  # a pipe or a file: no wrapping at 80 columns
         console = Console(soft_wrap=True, width=200)
     t = Table(title=f"GPU cost by {by}, {doc['since'][:19]} to {doc['until'][:19]} UTC")
-    cols = (by, "jobs", "core GPU-h", "core $", "burst GPU-h", "burst $", "total $", "GPU active")
+    cols = (
+        by, "jobs", "core GPU-h", "core $", "burst GPU-h", "burst $", "total $", "GPU active",
+        "unverified $",
+    )  # fmt: skip
     for col in cols:
         t.add_column(col, justify="left" if col == by else "right")
     idle_rows = (doc["idle_core"], doc["idle"])
     for r in [*doc["rows"], *idle_rows, doc["total"]]:
         if r.get("unknown"):
-            t.add_row(r["group"], "", "unknown", "unknown", "", "", "unknown", "")
+            t.add_row(r["group"], "", "unknown", "unknown", "", "", "unknown", "", "")
             continue
         burst_h = f"{r['burst_gpu_h']:,.3f}"
         if r["unpriced_gpu_h"]:
@@ -394,16 +512,13 @@ def _table(doc: dict[str, Any], by: str) -> None:
             _money(r["burst_usd"]),
             _money(r["total_usd"]),
             "" if any(r is x for x in idle_rows) else _active(r),
+            _flagged(r),
             end_section=r is doc["idle"],
         )
     console.print(t)
-    rate = doc["owned_usd_per_gpu_hour"]
-    console.print(
-        f"core: ${Decimal(rate):,.4f}/GPU-h from {doc['owned_price_source']}"
-        if rate
-        else f"core: unpriced, {doc['owned_price_source']}"
-    )
-    console.print(f"burst: {doc['burst_price_source']}; jobs from {doc['jobs_source']}")
+    for line in price_footer(doc):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"jobs from {doc['jobs_source']}", markup=False, highlight=False)
     console.print(f"idle core: GPUs and time in service from {doc['core_capacity_source']}")
     console.print(
         f"GPU active: DCGM engine-active ratio from {doc['gpu_active_source']}"
@@ -412,6 +527,58 @@ def _table(doc: dict[str, Any], by: str) -> None:
     )
     for note in doc["notes"]:
         console.print(f"note: {note}")
+
+
+def _flagged(r: dict[str, Any]) -> str:
+    """``core, burst``: the row's dollar columns that rest on an unverified figure."""
+    return ", ".join(c.removesuffix("_usd") for c in r.get("unverified", []) if c != "total_usd")
+
+
+def price_footer(doc: dict[str, Any]) -> list[str]:
+    """The lines under the table that say what every dollar was priced from: the owned rate
+    (where it came from and each figure behind it), each burst pool's catalog price, and where
+    each cited source key can be checked."""
+    from coreburst.common.pricing import sources_legend
+    from coreburst.tco.model import UsedFigure
+
+    rate = doc["owned_usd_per_gpu_hour"]
+    src = doc["owned_price_source"]
+    if rate is None:
+        out = [f"core: unpriced, {src}"]
+    elif not doc["owned_price_figures"]:
+        out = [f"core: ${Decimal(rate):,.4f}/GPU-h from {src} (your figure; no catalog source)"]
+    else:
+        flag = " (unverified)" if doc["owned_price_unverified"] else ""
+        figures = [UsedFigure.model_validate(f).text for f in doc["owned_price_figures"]]
+        out = [
+            f"core: ${Decimal(rate):,.4f}/GPU-h{flag} from {src}: one owned node's amortised "
+            "price plus its maintenance, colocation, staff and power, over its GPU-hours; "
+            f"priced from {doc['owned_price_cites']}",
+            f"  core figures: {'; '.join(figures)}",
+        ]
+    pools = doc["burst_prices"]
+    if pools:
+        parts = [
+            f"{p['cluster']} {p['instance_type']} {p['market']} "
+            + (
+                f"${Decimal(p['usd_per_hour']):,.3f}/h ({p['price_source']})"
+                if p["usd_per_hour"] is not None
+                else f"unpriced ({p['unpriced_because']})"
+            )
+            for p in pools
+        ]
+        out.append(f"burst: {doc['burst_price_source']}: " + "; ".join(parts))
+    else:
+        out.append(f"burst: {doc['burst_price_source']}: the stack has no burst pool")
+    tables = {}
+    for key, entry in doc["price_sources"].items():
+        if entry is not None:
+            from coreburst.common.catalog import Source
+
+            tables[key] = Source.model_validate(entry)
+    if tables:
+        out.append(sources_legend(tables, "; ".join(tables)))
+    return out
 
 
 def _check_plot(path: Path) -> None:
@@ -479,7 +646,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     if plot is not None:
         _check_plot(plot)
     team_map = _teams(teams)
-    rate, price_source = owned_rate(gpu_hour_usd, scenario)
+    owned = owned_rate(gpu_hour_usd, scenario)
     side = burst_side(stack, stack_dir)
     log = audit_log or side.audit_log
     lifetimes = _lifetimes(log, start, end)
@@ -507,7 +674,7 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         until=end,
         now=now,
         by=by.value,
-        core_rate=rate,
+        core_rate=owned.rate,
         burst_nodes=side.nodes,
         lifetimes=lifetimes,
         teams=team_map,
@@ -525,7 +692,8 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         since=start,
         until=end,
         source=source,
-        price_source=price_source,
+        price_source=owned,
+        burst_nodes=side.nodes,
         capacity_source=core.source if isinstance(core, CoreCapacity) else "unknown",
         measured_source=None
         if prometheus is None

@@ -19,11 +19,19 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from coreburst.common.catalog import CatalogError
+from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.console import console as make_console
+from coreburst.common.pricing import merge_sources, sources_legend
 from coreburst.common.textio import read_text
 from coreburst.tco.demand import DemandError, load_demand
-from coreburst.tco.model import Scenario, TcoError, TcoResult, analyse, one_line
+from coreburst.tco.model import (
+    Scenario,
+    TcoError,
+    TcoResult,
+    analyse,
+    load_defaults,
+    one_line,
+)
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
 
@@ -110,6 +118,56 @@ def horizon_columns(horizon: int) -> tuple[str, ...]:
     )
 
 
+def payback_cell(result: TcoResult, month: int | None) -> str:
+    """The table's payback month: ``15``, ``41 (after mo 36)`` past the horizon, or
+    ``not by mo 48`` when owning has not paid back in cash within the search."""
+    if month is None:
+        return f"not by mo {result.payback_search_months}"
+    if month > result.horizon_months:
+        return f"{month} (after mo {result.horizon_months})"
+    return str(month)
+
+
+def payback_sentence(result: TcoResult) -> str:
+    """The payback line under the table, in terms the table's columns show: past the horizon,
+    why owning's net is already lower (the book value left); not at all, what the nets are.
+
+    The payback is a cash measure (months until owning has paid no more cash than renting);
+    the table's net subtracts the hardware's book value left at the horizon, so owning can be
+    cheaper net over the horizon and pay back in cash only after it.
+    """
+    h, vs = result.horizon_months, result.break_even_vs
+    owned = next(o for o in result.options if o.kind == "owned")
+    rent = next(o for o in result.options if o.name == vs)
+    be = result.break_even_month
+    if be is not None and be <= h:
+        return (
+            f"Owning pays back vs {vs} in month {be}: from then on owning has paid no more cash "
+            f"than {vs}."
+        )
+    lower = owned.total_usd < rent.total_usd
+    nets = (
+        f"owning's net over {h} months, ${owned.total_usd:,.0f}, is "
+        f"{'lower' if lower else 'not lower'} than {vs}'s ${rent.total_usd:,.0f}"
+    )
+    if be is not None:
+        return (
+            f"Owning pays back vs {vs} in month {be}, after the {h}-month horizon: by month {h} "
+            f"owning has paid ${owned.cash_usd:,.0f} in cash to {vs}'s ${rent.cash_usd:,.0f}, "
+            f"but ${owned.book_value_usd:,.0f} of the hardware's value is left then, so {nets}."
+        )
+    text = (
+        f"Owning does not pay back vs {vs} in cash within {result.payback_search_months} "
+        f"months (the horizon or the {result.hardware_life_months:g}-month hardware life, "
+        f"whichever is longer): {nets}"
+    )
+    if lower and rent.committed_after_usd > 0:
+        return (
+            f"{text} only because {vs} still owes ${rent.committed_after_usd:,.0f} after month {h}."
+        )
+    return text + "."
+
+
 def option_rows(result: TcoResult) -> list[tuple[str, ...]]:
     """The option table's rows as printed (the chart ends each line on the net column)."""
     rows: list[tuple[str, ...]] = []
@@ -123,10 +181,11 @@ def option_rows(result: TcoResult) -> list[tuple[str, ...]]:
                 _money(o.book_value_usd) if o.kind in ("owned", "hybrid") else "-",
                 _money(o.total_usd),
                 _rate(o.usd_per_used_gpu_hour),
-                "-" if o.kind in ("owned", "hybrid") else str(o.break_even_month or "never"),
+                "-" if o.kind in ("owned", "hybrid") else payback_cell(result, o.break_even_month),
                 "-"
                 if o.crossover_utilization_pct is None
                 else f"{o.crossover_utilization_pct:.1f}%",
+                "unverified" if o.unverified else "",
             )
         )
     return rows
@@ -143,7 +202,10 @@ def print_table(result: TcoResult, console: Console) -> None:
         caption=(
             f"net = cash paid in months 1-{result.horizon_months} + commitment still owed "
             f"after month {result.horizon_months} - book value of owned hardware then "
-            "(where each line of the cumulative-cash chart ends)"
+            "(where each line of the cumulative-cash chart ends); payback month = first month "
+            "whose end owning has paid no more cash than the option, looked for over "
+            f"{result.payback_search_months} months (the horizon or the hardware life); "
+            "price: unverified where a figure it rests on is (each option's figures below)"
         ),
     )
     t.add_column("option")
@@ -153,13 +215,14 @@ def print_table(result: TcoResult, console: Console) -> None:
     t.add_column("$/used GPU-h", justify="right")
     t.add_column("payback month", justify="right")
     t.add_column("crossover util", justify="right")
+    t.add_column("price")
     for row in option_rows(result):
         name = f"[bold]{row[0]}[/bold]" if row[0] == rec.cheapest_option else row[0]
         t.add_row(name, *row[1:])
     console.print(t)
     for o in result.options:
-        if o.note:
-            console.print(f"  {o.name}: {o.note}", highlight=False)
+        note = f"{o.note}; " if o.note else ""
+        console.print(f"  {o.name}: {note}priced from {o.price_source}", highlight=False)
     if result.core is not None:
         c = result.core
         ct = Table(title=f"owned core sized from {c.history_hours} h of demand")
@@ -180,21 +243,23 @@ def print_table(result: TcoResult, console: Console) -> None:
             _money(c.all_owned_usd_per_month),
         )
         console.print(ct)
-    be = (
-        "never within the horizon"
-        if result.break_even_month is None
-        else (f"month {result.break_even_month}")
-    )
+        cite = {o.name: o.price_source for o in result.options}
+        console.print(
+            f"  core: owned priced from {cite['owned']}; burst ({c.burst_market}) from "
+            f"{cite.get(c.burst_market, 'the scenario')}",
+            highlight=False,
+        )
     cross = result.crossover_utilization_pct
     console.print(
         f"[bold]Recommendation: {rec.verdict.upper()}[/bold] (cheapest: {rec.cheapest_option}). "
         f"{rec.explanation}",
         highlight=False,
     )
+    console.print(payback_sentence(result), highlight=False)
     console.print(
-        f"Owning pays back vs {result.break_even_vs}: {be}. Owning beats {result.crossover_vs} "
-        f"above {'-' if cross is None else f'{cross:.1f}%'} utilization. Node draw "
-        f"{result.node_power_kw:g} kW; spot needs x{result.spot_hours_factor:.3f} GPU-hours.",
+        f"Owning beats {result.crossover_vs} above {'-' if cross is None else f'{cross:.1f}%'} "
+        f"utilization. Node draw {result.node_power_kw:g} kW; spot needs "
+        f"x{result.spot_hours_factor:.3f} GPU-hours.",
         highlight=False,
     )
     console.print(f"Rule of thumb: {rec.rule_verdict}", highlight=False)
@@ -202,12 +267,21 @@ def print_table(result: TcoResult, console: Console) -> None:
         console.print(f"  - {reason}", highlight=False)
     for w in result.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-    if result.unverified_figures:
-        console.print(
-            f"{len(result.unverified_figures)} unverified figure(s) used: "
-            + "; ".join(result.unverified_figures),
-            highlight=False,
-        )
+    n = len(result.unverified_figures)
+    console.print(
+        f"figures used ({n} of {len(result.figures)} unverified): "
+        + "; ".join(f.text for f in result.figures),
+        highlight=False,
+        markup=False,
+    )
+    console.print(figure_sources(result), highlight=False, markup=False)
+
+
+def figure_sources(result: TcoResult) -> str:
+    """Where each source key the figures cite can be checked: the catalog's and the TCO
+    defaults' ``sources`` tables (docs/sources.md explains them)."""
+    tables = {**load_defaults().sources, **load_catalog().sources}
+    return sources_legend(tables, merge_sources(*(f.cited for f in result.figures)))
 
 
 @app.command("tco")

@@ -30,9 +30,9 @@ from typing import Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from coreburst.common.catalog import Catalog, CatalogError, Figure, load_catalog
+from coreburst.common.catalog import Catalog, CatalogError, Figure, Source, load_catalog
 from coreburst.common.errors import one_line as _one_line
-from coreburst.common.pricing import owned_gpu_hour_usd
+from coreburst.common.pricing import cites_unverified, merge_sources, owned_gpu_hour_usd
 from coreburst.common.textio import read_text
 from coreburst.tco.demand import CoreCosts, DemandHistory, size_core
 from coreburst.tco.rules import RuleAdvice, Verdict, rule_of_thumb
@@ -62,7 +62,7 @@ Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # -- defaults file --------------------------------------------------------------------------
 class OnpremDefaults(_Strict):
     schema_: int = Field(alias="schema")
-    sources: dict[str, str]
+    sources: dict[str, Source]
     hardware_usd_per_node: Figure
     networking_usd_per_node: Figure
     depreciation_years: Figure
@@ -78,6 +78,27 @@ class OnpremDefaults(_Strict):
     checkpoint_interval_minutes: Figure
     restart_minutes: Figure
     checkpoint_overhead_fraction: Figure
+
+    def figures(self) -> list[tuple[str, Figure]]:
+        """Every figure with its name (``commitment_discount.1`` for a discount)."""
+        out: list[tuple[str, Figure]] = []
+        for name in type(self).model_fields:
+            value = getattr(self, name)
+            if isinstance(value, Figure):
+                out.append((name, value))
+            elif name == "commitment_discount":
+                out += [(f"{name}.{k}", v) for k, v in value.items()]
+        return out
+
+    @model_validator(mode="after")
+    def _every_source_listed(self) -> OnpremDefaults:
+        for name, fig in self.figures():
+            if fig.source not in self.sources:
+                raise ValueError(
+                    f"{name} cites {fig.source!r}, which sources does not list (add it under "
+                    "sources: with a url or a file)"
+                )
+        return self
 
 
 @functools.cache
@@ -165,6 +186,88 @@ class Scenario(_Strict):
         return self
 
 
+# -- provenance -----------------------------------------------------------------------------
+# A figure the scenario (or a flag) gave: its source is the scenario, it has no catalog date.
+SCENARIO_SOURCE = "scenario"
+_GIVEN = Figure(
+    value=0, as_of="", source=SCENARIO_SOURCE
+)  # stands in when only the scenario has it
+
+
+class UsedFigure(_Strict):
+    """One input a result rests on, and where it came from: a catalog or defaults figure (its
+    source key, date and ``unverified``) or the scenario itself (``source: scenario``)."""
+
+    name: str
+    value: float
+    source: str
+    as_of: str = ""
+    unverified: bool = False
+
+    @property
+    def cited(self) -> str:
+        """``source as_of[ unverified]`` as every output cites a figure; ``scenario`` for the
+        scenario's own."""
+        if self.source == SCENARIO_SOURCE:
+            return SCENARIO_SOURCE
+        return f"{self.source} {self.as_of}" + (" unverified" if self.unverified else "")
+
+    @property
+    def text(self) -> str:
+        """``hardware_usd_per_node=350000 (reseller-quotes, 2026-11, unverified)``."""
+        if self.source == SCENARIO_SOURCE:
+            return f"{self.name}={self.value:g} (scenario)"
+        flag = ", unverified" if self.unverified else ""
+        return f"{self.name}={self.value:g} ({self.source}, {self.as_of}{flag})"
+
+
+OWNED_FIGURES = (
+    "hardware_usd_per_node",
+    "networking_usd_per_node",
+    "depreciation_years",
+    "maintenance_fraction_per_year",
+    "colo_usd_per_kw_month",
+    "staff_usd_per_fte_year",
+    "staff_fte_per_node",
+    "power_kw",
+    "pue",
+    "usd_per_kwh",
+    "idle_power_fraction",
+)
+SPOT_FIGURES = (
+    "on_demand",
+    "spot",
+    "spot_fraction_of_on_demand",
+    "spot_interruptions_per_node_day",
+    "checkpoint_interval_minutes",
+    "restart_minutes",
+    "checkpoint_overhead_fraction",
+)
+
+
+def figure_keys(option: str, burst_market: str | None = None) -> tuple[str, ...]:
+    """The inputs an option's dollars are computed from (keys of ``Rates.figures``; a key the
+    scenario made unnecessary, such as ``spot`` when the catalog's fraction is used, is absent
+    there and skipped).
+
+    >>> figure_keys("commit-3y")
+    ('on_demand', 'commitment_3y')
+    """
+    if option == "on-demand":
+        return ("on_demand",)
+    if option == "spot":
+        return SPOT_FIGURES
+    if option == "capacity-block":
+        return ("capacity_block",)
+    if option.startswith("commit-"):
+        return ("on_demand", f"commitment_{option.removeprefix('commit-')}")
+    if option == "owned":
+        return OWNED_FIGURES
+    if option.startswith("hybrid"):
+        return OWNED_FIGURES + figure_keys(burst_market or "on-demand")
+    raise TcoError(f"unknown option {option!r}")
+
+
 # -- result (output) ------------------------------------------------------------------------
 class OptionCost(_Strict):
     """One option over the horizon. Its net total is one sum, stated in its parts:
@@ -185,10 +288,17 @@ class OptionCost(_Strict):
     committed_after_usd: float = 0.0
     # Owned hardware: its straight-line book value left at the end of the horizon.
     book_value_usd: float = 0.0
-    # Cash payback: first month at whose end owning all nodes has cost no more than this option.
+    # Cash payback: first month at whose end owning all nodes has cost no more cash than this
+    # option, looked for over the horizon or the hardware's life, whichever is longer (both
+    # paths go on at their monthly rates past the horizon): a payback after the horizon is
+    # one the table's net already shows, through the hardware's book value left at the end.
     break_even_month: int | None = None
     crossover_utilization_pct: float | None = None  # owning beats this above it
     note: str = ""
+    # The figures its dollars are computed from, as every output cites them
+    # (``ref 2025-06; estimate 2026-11 unverified``; ``scenario`` for the scenario's own).
+    price_source: str = ""
+    unverified: bool = False
 
     @model_validator(mode="after")
     def _parts_add_up(self) -> OptionCost:
@@ -253,12 +363,17 @@ class TcoResult(_Strict):
     options: list[OptionCost]
     break_even_month: int | None
     break_even_vs: str
+    # How far payback is looked for: max(horizon, hardware life), months.
+    payback_search_months: int
+    hardware_life_months: float
     crossover_utilization_pct: float | None
     crossover_vs: str
     core: CoreResult | None
     recommendation: Recommendation
     warnings: list[str]
     unverified_figures: list[str]
+    # Every input used, with its source, date and whether it is unverified.
+    figures: list[UsedFigure]
     sweep_utilization_pct: list[float]
     sweep_usd_per_used_gpu_hour: dict[str, list[float | None]]
 
@@ -293,7 +408,23 @@ class Rates:
     commitment_discount: dict[int, float]  # term years -> fraction off on-demand
     spot_hours_factor: float
     owned: OwnedRates
-    unverified: list[str] = field(default_factory=list)
+    # every input used, by key (``on_demand``, ``hardware_usd_per_node``, ...)
+    figures: dict[str, UsedFigure] = field(default_factory=dict)
+
+    @property
+    def unverified(self) -> list[str]:
+        """``name=value (source, as_of)`` of each unverified figure used."""
+        return [
+            f"{f.name}={f.value:g} ({f.source}, {f.as_of})"
+            for f in self.figures.values()
+            if f.unverified
+        ]
+
+    def cite(self, option: str, burst_market: str | None = None) -> str:
+        """The ``source as_of[ unverified]`` citation of the figures an option is priced from
+        (``owned``, a market, ``commit-1y``, ``hybrid`` with its burst market)."""
+        keys = figure_keys(option, burst_market)
+        return merge_sources(*(self.figures[k].cited for k in keys if k in self.figures))
 
 
 def spot_hours_factor(
@@ -314,37 +445,45 @@ def spot_hours_factor(
 
 
 def resolve_rates(s: Scenario, catalog: Catalog, defaults: OnpremDefaults) -> Rates:
-    unverified: list[str] = []
+    used: dict[str, UsedFigure] = {}
 
-    def pick(given: float | None, fig: Figure, name: str) -> float:
+    def pick(given: float | None, fig: Figure, key: str, label: str | None = None) -> float:
+        name = label or key
         if given is not None:
+            used[key] = UsedFigure(name=name, value=given, source=SCENARIO_SOURCE)
             return given
-        if fig.unverified:
-            unverified.append(f"{name}={fig.value:g} ({fig.source}, {fig.as_of})")
+        used[key] = UsedFigure(
+            name=name,
+            value=fig.value,
+            source=fig.source,
+            as_of=fig.as_of,
+            unverified=fig.unverified,
+        )
         return fig.value
 
     c, o = s.cloud, s.owned
     inst = catalog.instance(c.instance_type)
+    where = f"[{c.instance_type},{c.region}]"
     od_fig = inst.on_demand_usd_per_hour.get(c.region)
-    if c.on_demand_usd_per_node_hour is not None:
-        on_demand = c.on_demand_usd_per_node_hour
-    elif od_fig is None:
-        on_demand = catalog.on_demand_price(c.instance_type, c.region)  # raises, names regions
-    else:
-        on_demand = pick(None, od_fig, f"on_demand[{c.instance_type},{c.region}]")
+    if c.on_demand_usd_per_node_hour is None and od_fig is None:
+        catalog.on_demand_price(c.instance_type, c.region)  # raises, naming the regions it has
+    on_demand = pick(
+        c.on_demand_usd_per_node_hour, od_fig or _GIVEN, "on_demand", f"on_demand{where}"
+    )
     if c.spot_usd_per_node_hour is not None:
-        spot = c.spot_usd_per_node_hour
+        spot = pick(c.spot_usd_per_node_hour, _GIVEN, "spot", f"spot{where}")
     else:
         frac = catalog.spot_fraction_of_on_demand
         spot = on_demand * pick(None, frac, "spot_fraction_of_on_demand")
     cb_fig = inst.capacity_block_usd_per_hour.get(c.region)
-    capacity_block: float | None
-    if c.capacity_block_usd_per_node_hour is not None:
-        capacity_block = c.capacity_block_usd_per_node_hour
-    elif cb_fig is not None:
-        capacity_block = pick(None, cb_fig, f"capacity_block[{c.instance_type},{c.region}]")
-    else:
-        capacity_block = None
+    capacity_block: float | None = None
+    if c.capacity_block_usd_per_node_hour is not None or cb_fig is not None:
+        capacity_block = pick(
+            c.capacity_block_usd_per_node_hour,
+            cb_fig or _GIVEN,
+            "capacity_block",
+            f"capacity_block{where}",
+        )
     disc = {
         1: pick(c.commitment_discount_1y, defaults.commitment_discount["1"], "commitment_1y"),
         3: pick(c.commitment_discount_3y, defaults.commitment_discount["3"], "commitment_3y"),
@@ -367,7 +506,7 @@ def resolve_rates(s: Scenario, catalog: Catalog, defaults: OnpremDefaults) -> Ra
             "checkpoint_overhead_fraction",
         ),
     )
-    power_kw = pick(o.power_kw, inst.power_kw, f"power_kw[{c.instance_type}]")
+    power_kw = pick(o.power_kw, inst.power_kw, "power_kw", f"power_kw[{c.instance_type}]")
     hw = pick(o.hardware_usd_per_node, defaults.hardware_usd_per_node, "hardware_usd_per_node")
     net = pick(
         o.networking_usd_per_node, defaults.networking_usd_per_node, "networking_usd_per_node"
@@ -403,7 +542,7 @@ def resolve_rates(s: Scenario, catalog: Catalog, defaults: OnpremDefaults) -> Ra
         commitment_discount=disc,
         spot_hours_factor=factor,
         owned=owned,
-        unverified=unverified,
+        figures=used,
     )
 
 
@@ -453,13 +592,28 @@ def owned_usd_per_gpu_hour(r: Rates, gpu_util: float) -> float:
 
 def scenario_gpu_hour_price(s: Scenario, catalog: Catalog | None = None) -> float:
     """``owned_usd_per_gpu_hour`` for a scenario's owned node at its stated utilization."""
+    return scenario_gpu_hour_quote(s, catalog)[0]
+
+
+def scenario_gpu_hour_quote(
+    s: Scenario, catalog: Catalog | None = None
+) -> tuple[float, list[UsedFigure]]:
+    """The owned $/GPU-hour of :func:`scenario_gpu_hour_price` and the figures it rests on
+    (each with its source, date and ``unverified``), for a report to cite.
+
+    >>> price, figures = scenario_gpu_hour_quote(
+    ...     Scenario(gpus=8, utilization_pct=85, utilization_basis="measured"))
+    >>> figures[0].text
+    'hardware_usd_per_node=350000 (reseller-quotes, 2026-11, unverified)'
+    """
     if s.utilization_pct is None:
         raise TcoError(
             "the owned GPU-hour price needs utilization_pct (the nodes' power draw depends on "
             "it); give gpus + utilization_pct rather than a demand_file"
         )
     r = resolve_rates(s, catalog or load_catalog(), load_defaults())
-    return owned_usd_per_gpu_hour(r, s.utilization_pct / 100)
+    used = [r.figures[k] for k in OWNED_FIGURES]
+    return owned_usd_per_gpu_hour(r, s.utilization_pct / 100), used
 
 
 def rent_rate(r: Rates, market: str) -> float | None:
@@ -487,6 +641,15 @@ def crossover_utilization(r: Rates, rate_per_node_hour: float) -> float | None:
         return None
     u = (fixed + p * h * o.idle_power_fraction) / denom
     return u if u <= 1 else None
+
+
+def payback_search_months(r: Rates, horizon: int) -> int:
+    """How far a cash payback is looked for: the horizon or the hardware's life, whichever is
+    longer. Over one life, owning pays back in cash exactly when its amortised monthly cost
+    is at most the alternative's, which is when its net (cash less book value) is lower at
+    any horizon inside that life: so a payback is never "never" while the table's net says
+    owning is cheaper (unless a commitment's unexpired months are what make it dearer)."""
+    return max(horizon, math.ceil(r.owned.depreciation_months - 1e-9))
 
 
 def break_even_month(owned: Sequence[float], other: Sequence[float]) -> int | None:
@@ -556,8 +719,19 @@ def price_options(
     owned_cum = owned_cumulative(r, nodes, gpu_util, horizon)
     owned_m = owned_monthly(r, nodes, gpu_util)
     book = residual_book_value(r, nodes, horizon)
+    search = payback_search_months(r, horizon)
+    owned_far = owned_cumulative(r, nodes, gpu_util, search)
     opts = [
-        o.model_copy(update={"break_even_month": break_even_month(owned_cum, o.cumulative_usd)})
+        o.model_copy(
+            update={
+                # both paths go on at their monthly rates past the horizon
+                "break_even_month": break_even_month(
+                    owned_far, [o.monthly_usd * m for m in range(search + 1)]
+                ),
+                "price_source": r.cite(o.name),
+                "unverified": cites_unverified(r.cite(o.name)),
+            }
+        )
         for o in opts
     ]
     opts.append(
@@ -572,6 +746,8 @@ def price_options(
             book_value_usd=book,
             note=f"{nodes} node(s) bought up front, {r.owned.depreciation_months:g}-month life; "
             "total net of book value left at the horizon",
+            price_source=r.cite("owned"),
+            unverified=cites_unverified(r.cite("owned")),
         )
     )
     return opts
@@ -695,6 +871,8 @@ def analyse(
                 book_value_usd=hybrid_book,
                 note=f"{k} owned node(s) + {s.cloud.burst_market} burst "
                 f"({core.burst_share_pct:.1f}% of GPU-hours)",
+                price_source=r.cite("hybrid", s.cloud.burst_market),
+                unverified=cites_unverified(r.cite("hybrid", s.cloud.burst_market)),
             )
     else:
         assert s.gpus is not None and s.utilization_pct is not None  # validator guarantees
@@ -747,10 +925,7 @@ def analyse(
     rule: RuleAdvice = rule_of_thumb(util_pct, steady, s.longest_run_hours)
     computed = _verdict_of(cheapest)
     override = computed != rule.verdict
-    be = break_even_month(
-        next(o.cumulative_usd for o in options if o.kind == "owned"),
-        cheapest_rental.cumulative_usd,
-    )
+    be = cheapest_rental.break_even_month
     if override:
         explanation = (
             f"The rule of thumb says {rule.verdict}, but the computed costs say {computed}: "
@@ -779,6 +954,8 @@ def analyse(
         options=options,
         break_even_month=be,
         break_even_vs=cheapest_rental.name,
+        payback_search_months=payback_search_months(r, horizon),
+        hardware_life_months=r.owned.depreciation_months,
         crossover_utilization_pct=on_demand.crossover_utilization_pct,
         crossover_vs=on_demand.name,
         core=core,
@@ -793,6 +970,7 @@ def analyse(
         ),
         warnings=warnings,
         unverified_figures=r.unverified,
+        figures=list(r.figures.values()),
         sweep_utilization_pct=[float(p) for p in SWEEP_UTILIZATION_PCT],
         sweep_usd_per_used_gpu_hour=per_gpu_hour_sweep(r, nodes),
     )

@@ -42,10 +42,17 @@ def usd_axis_label(value: float, _pos: object = None) -> str:
     return f"{sign}${v:,.0f}"
 
 
-def _legend_label(name: str, total: float, payback: int | None, kind: str) -> str:
+def _legend_label(
+    name: str, total: float, payback: int | None, kind: str, result: TcoResult
+) -> str:
     label = f"{name}: net ${total:,.0f}"
     if kind in ("pay-per-use", "commitment"):
-        label += f", owning pays back {'never' if payback is None else f'month {payback}'}"
+        if payback is None:
+            label += f", owning pays back: not by month {result.payback_search_months}"
+        elif payback > result.horizon_months:
+            label += f", owning pays back month {payback} (after the horizon)"
+        else:
+            label += f", owning pays back month {payback}"
     return label
 
 
@@ -68,16 +75,16 @@ def build_figure(result: TcoResult) -> Figure:
             usd,
             style,
             color=colour[o.name],
-            label=_legend_label(o.name, o.total_usd, o.break_even_month, o.kind),
+            label=_legend_label(o.name, o.total_usd, o.break_even_month, o.kind, result),
             gid=o.name,
         )
         left.plot([months[-1]], [usd[-1]], "s", color=line.get_color(), markersize=4)
         m = o.break_even_month
-        if m is not None:
+        if m is not None and m <= horizon:
             # payback: where the option's cash line meets owned's; named in the legend, so
             # no text sits on the chart to overlap another
             left.plot([m], [owned.cumulative_usd[m]], "o", color=line.get_color(), markersize=5)
-    if result.break_even_month is not None:
+    if result.break_even_month is not None and result.break_even_month <= horizon:
         left.axvline(result.break_even_month, color="grey", linestyle=":")
     left.set_xlim(0, horizon * 1.02)
     left.set_title(f"{result.scenario}: cumulative cost ({result.nodes} node(s))")

@@ -96,6 +96,75 @@ def test_owned_rate_from_the_tco_scenario(stack_dir: Path) -> None:
     assert doc["owned_price_source"] == f"TCO scenario {SCENARIO}"
 
 
+# What the owned rate of team8_85pct rests on: the TCO defaults (all unverified estimates) and
+# the catalog's p5 power draw, each cited as `source as_of unverified`.
+OWNED_CITES = (
+    "reseller-quotes 2026-11 unverified; estimate 2026-11 unverified; nvidia-dgx 2026-11 "
+    "unverified; uptime-survey 2026-11 unverified; eia 2026-11 unverified"
+)
+
+
+def test_every_dollar_says_what_it_was_priced_from(stack_dir: Path) -> None:
+    """Issue 32 item 5: the footer names each price's source key, date and `unverified`; the
+    CSV and JSON carry the same per row; each key cited resolves (docs/sources.md)."""
+    code, table, err = _run(stack_dir, "--scenario", str(SCENARIO))
+    assert code == 0, err
+    lines = table.splitlines()
+    core = next(line for line in lines if line.startswith("core: "))
+    assert core.startswith("core: $2.5242/GPU-h (unverified) from TCO scenario ")
+    assert core.endswith(f"priced from {OWNED_CITES}")
+    figures = next(line for line in lines if line.startswith("  core figures: "))
+    assert "hardware_usd_per_node=350000 (reseller-quotes, 2026-11, unverified)" in figures
+    assert "power_kw[p5.48xlarge]=10.2 (nvidia-dgx, 2026-11, unverified)" in figures
+    burst = next(line for line in lines if line.startswith("burst: "))
+    assert "od p5.48xlarge on-demand $55.040/h (ref 2025-06)" in burst
+    assert "sp p5.48xlarge spot $24.768/h (ref 2025-06; estimate 2026-11 unverified)" in burst
+    assert "cb p5.48xlarge capacity-block $39.330/h (ref 2025-06 unverified)" in burst
+    legend = next(line for line in lines if line.startswith("sources: "))
+    assert "ref = docs/sources.md#ref" in legend
+    assert "eia = https://www.eia.gov/electricity/monthly/ (read 2026-11)" in legend
+    # the rows: core dollars rest on unverified figures, the on-demand burst ones do not
+    ml = next(line for line in lines if line.startswith("│ ml "))
+    assert ml.rstrip("│ ").endswith("core")
+    idle_burst = next(line for line in lines if "(idle burst instances)" in line)
+    assert idle_burst.split("│")[-2].strip() == ""  # $0.00 core, on-demand burst: verified
+
+    code, out, _ = _run(stack_dir, "--scenario", str(SCENARIO), "--format", "json")
+    doc = json.loads(out)
+    assert doc["owned_price_cites"] == OWNED_CITES and doc["owned_price_unverified"] is True
+    assert {f["name"] for f in doc["owned_price_figures"]} >= {"hardware_usd_per_node", "pue"}
+    assert all(f["as_of"] and f["unverified"] for f in doc["owned_price_figures"])
+    pools = {p["cluster"]: p for p in doc["burst_prices"]}
+    assert pools["od"]["price_source"] == "ref 2025-06" and not pools["od"]["unverified"]
+    assert pools["sp"]["unverified"] and pools["cb"]["unverified"]
+    assert doc["price_sources"]["ref"]["file"] == "docs/sources.md#ref"
+    assert (REPO / "docs" / "sources.md").is_file()
+    rows = {r["group"]: r for r in doc["rows"]}
+    assert rows["ml"]["core_price_source"] == OWNED_CITES
+    assert rows["ml"]["burst_price_source"] == "ref 2025-06"
+    assert rows["ml"]["unverified"] == ["core_usd", "total_usd"]
+    assert doc["idle"]["unverified"] == [] and doc["idle"]["burst_price_source"] == "ref 2025-06"
+
+    code, csv_out, _ = _run(stack_dir, "--scenario", str(SCENARIO), "--format", "csv")
+    by_group = {r["team"]: r for r in csv.DictReader(io.StringIO(csv_out))}
+    assert by_group["ml"]["core_price_source"] == OWNED_CITES
+    assert by_group["ml"]["burst_price_source"] == "ref 2025-06"
+    assert by_group["ml"]["unverified"] == "core_usd total_usd"
+    assert by_group["total"]["unverified"] == "core_usd total_usd"
+
+
+def test_a_rate_the_user_gives_is_theirs_not_unverified(stack_dir: Path) -> None:
+    code, table, _ = _run(stack_dir, "--gpu-hour-usd", "2.35")
+    assert code == 0
+    assert "core: $2.3500/GPU-h from --gpu-hour-usd (your figure; no catalog source)" in table
+    code, out, _ = _run(stack_dir, "--gpu-hour-usd", "2.35", "--format", "json")
+    doc = json.loads(out)
+    assert doc["owned_price_figures"] == [] and doc["owned_price_unverified"] is False
+    assert doc["total"]["core_price_source"] == "--gpu-hour-usd"
+    assert doc["total"]["unverified"] == []
+    assert "--gpu-hour-usd" not in doc["price_sources"]
+
+
 def test_without_an_owned_price_core_is_unpriced(stack_dir: Path) -> None:
     code, out, _ = _run(stack_dir, "--format", "json")
     doc = json.loads(out)

@@ -73,7 +73,11 @@ def test_markdown_for_pr_comments() -> None:
     assert result.exit_code == 0
     md = result.stdout
     assert md.startswith("### coreburst plan: `dev` (us-east-1, offline evaluation)\n")
-    assert "| category | resource | detail | $/hour | $/month | price |" in md
+    assert "| category | resource | detail | $/hour | $/month | price source |" in md
+    assert (
+        "| storage | `lustre-fs` | 1200 GiB PERSISTENT_2 125 MB/s/TiB @ $0.145/GB-month | 0.24 "
+        "| 174.00 | ref 2025-06 |" in md
+    )
     assert "| **total** | | | **49.94** | **36,453.70** | |" in md
     assert md.rstrip().endswith("**Policies: PASS** (17 policies, no violations)")
 
@@ -97,10 +101,14 @@ def test_compare_prints_the_difference_line_by_line() -> None:
         "baseMonthlyUsd": 174.0,
         "monthlyUsd": 23_040.0,
         "deltaUsd": 22_866.0,
+        "priceSource": "ref 2025-06; aws-fsx-pricing 2025-06 unverified",
         "unverified": True,
     }
     md = invoke("-s", "prod", "--compare", "dev", "--format", "markdown").stdout
-    assert "| `lustre-fs` | 174.00 | 23,040.00 | +22,866.00 | unverified |" in md
+    assert (
+        "| `lustre-fs` | 174.00 | 23,040.00 | +22,866.00 "
+        "| ref 2025-06; aws-fsx-pricing 2025-06 unverified |" in md
+    )
 
 
 def test_preview_json_prices_what_pulumi_will_do() -> None:

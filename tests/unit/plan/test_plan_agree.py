@@ -5,6 +5,7 @@ every table flags the prices whose catalog figures are ``unverified: true``."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -89,33 +90,46 @@ def test_a_preview_alone_uses_the_budget_it_declares(tmp_path: Path) -> None:
     assert doc["budget"]["source"] == "AWS Budget budget-monthly in the preview"
 
 
-def test_unverified_prices_are_flagged_in_every_table() -> None:
+def test_every_price_names_its_source_and_date_in_every_table() -> None:
+    """Each priced line's last cell is the catalog figures it was priced from, each with its
+    date and `unverified` where it is (issue 32 item 5), in the table, the diff and markdown."""
     doc = as_json("-s", "prod", "--compare", "dev")
     flagged = {x["item"] for x in doc["lines"] if x["unverified"]}
     assert flagged == {x["item"] for x in doc["lines"] if "unverified" in x["priceSource"]}
     assert flagged and len(flagged) < len(doc["lines"])  # some are, some are not
+    for x in doc["lines"]:
+        for part in x["priceSource"].split("; "):
+            key, as_of, *flag = part.split(" ")
+            assert key in doc["priceSources"] and re.fullmatch(r"20\d\d-\d\d", as_of), part
+            assert flag in ([], [UNVERIFIED]), part
     r = invoke("-s", "prod", "--compare", "dev")
     cost, diff = r.stdout.split("prod vs dev ($/month)")
     for x in doc["lines"]:
-        assert (_row(cost, x["item"])[-1] == UNVERIFIED) is x["unverified"], x["item"]
-        assert (_row(diff, x["item"])[-1] == UNVERIFIED) is x["unverified"] or x["item"] in {
-            "lustre-fs"  # dev's line is verified, prod's is not: flagged in the diff
+        assert _row(cost, x["item"])[-1] == x["priceSource"], x["item"]
+        assert _row(diff, x["item"])[-1].endswith(x["priceSource"]), x["item"]
+        assert _row(diff, x["item"])[-1].endswith(UNVERIFIED) is x["unverified"] or x["item"] in {
+            "lustre-fs"  # dev's line is verified, prod's is not: both cited in the diff
         }
-    assert _row(diff, "lustre-fs")[-1] == UNVERIFIED
+    # dev's figure, then prod's: the diff's dollars come from both
+    assert _row(diff, "lustre-fs")[-1] == "ref 2025-06; aws-fsx-pricing 2025-06 unverified"
     assert "price(s) marked unverified" in r.stdout
+    legend = next(ln for ln in r.stdout.splitlines() if ln.startswith("sources: "))
+    assert "ref = docs/sources.md#ref" in legend
+    assert "aws-fsx-pricing = https://aws.amazon.com/fsx/lustre/pricing/ (read 2025-06)" in legend
     md = invoke("-s", "prod", "--compare", "dev", "--format", "markdown").stdout
     for x in doc["lines"]:
         rows = [ln for ln in md.splitlines() if ln.startswith("| ") and f"`{x['item']}`" in ln]
-        assert rows and all(ln.endswith(f"| {UNVERIFIED} |") is x["unverified"] for ln in rows[:1])
+        assert rows and rows[0].endswith(f"| {x['priceSource']} |"), x["item"]
+    assert legend in md
 
 
 @pytest.mark.parametrize(
     ("source", "flag"), [("ref 2025-06", ""), ("estimate 2025-06 unverified", UNVERIFIED)]
 )
-def test_burst_pools_are_flagged_too(source: str, flag: str) -> None:
+def test_burst_pools_name_their_price_source_too(source: str, flag: str) -> None:
     pool = PoolRate(
         "gpu", "burst", "p5.48xlarge", "on-demand", 4, 55.04, 0.1, "1-00:00:00", 24.0, source
     )
     (row,) = _burst_rows(Burst([pool], None))
-    assert row[-1] == flag
+    assert row[-1] == source
     assert _unverified(source) is bool(flag)
