@@ -24,6 +24,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -69,6 +70,38 @@ def require_tools(*names: str) -> None:
         pytest.fail("ansible's apt module needs python-apt: apt-get install python3-apt")
 
 
+@functools.cache
+def apt_verifier() -> str:
+    """The program this machine's apt-get checks a repository's signature with: Sequoia's
+    ``sqv`` from apt 3.0 (Debian 13), ``gpgv`` before (apt 2.6, Debian 12)."""
+    out = _ok(["apt-get", "--version"])  # "apt 2.6.1 (amd64)"
+    match = re.match(r"apt (\d+)\.", out)
+    assert match, out
+    return "sqv" if int(match[1]) >= 3 else "gpgv"
+
+
+def apt_refusal(signer: GpgKey, keyring: Path) -> list[str]:
+    """What ``apt-get update`` prints, in the words of this release's verifier, when it refuses
+    a repository that ``signer`` signed because ``keyring`` (its ``signed-by``) is missing or
+    holds another key: each string is in the output. Seen on Debian 12 and 13 (2026-12-05)."""
+    if apt_verifier() == "gpgv":
+        # gpgv (apt 2.6, Debian 12) names the signer's long key id, whichever the case.
+        return [
+            "The following signatures couldn't be verified because the public key is not "
+            f"available: NO_PUBKEY {signer.fingerprint[-16:]}"
+        ]
+    # sqv (apt 3.0, Debian 13) says why: no such keyring, or not the signer's key in it.
+    why = (
+        f"Missing key {signer.fingerprint}, which is needed to verify signature."
+        if keyring.exists()
+        else f'Error: Failed to parse keyring "{keyring}"'
+    )
+    return [
+        "OpenPGP signature verification failed",
+        f"Sub-process /usr/bin/sqv returned an error code (1), error message is: {why}",
+    ]
+
+
 def _run(cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=120, **kw)
 
@@ -95,6 +128,10 @@ class GpgKey:
         out = _ok(["gpg", "--batch", "--with-colons", "--list-keys"], env=env)
         fpr = next(line.split(":")[9] for line in out.splitlines() if line.startswith("fpr:"))
         return cls(home, fpr)
+
+    def stop_agent(self) -> None:
+        """End the gpg-agent that making and using the key started (it outlives gpg)."""
+        _run(["gpgconf", "--kill", "gpg-agent"], env={**os.environ, "GNUPGHOME": str(self.home)})
 
     def _gpg(self, *args: str) -> str:
         return _ok(

@@ -32,3 +32,4 @@ def repo(tmp_path: Path) -> Iterator[AptRepo]:
     path.mkdir()
     with serve(path) as url:
         yield AptRepo(path, key, url)
+    key.stop_agent()
