@@ -7,6 +7,7 @@ $ coreburst onprem validate --inventory fleet.yaml
 $ coreburst core report --config guardrails.yaml --since 7d --plot core.png
 $ coreburst cost report --since 30d --scenario coreburst/tco/examples/team8_85pct.yaml
 $ coreburst prices import AmazonEC2-us-east-1.json --region us-east-1
+$ coreburst gitops stacks --format github-matrix
 $ coreburst --version
 
 ``coreburst guardrails --help`` imports the guardrails CLI and nothing of Pulumi, Ansible or
@@ -54,6 +55,11 @@ PRODUCTS: dict[str, tuple[str, str, str]] = {
         "coreburst.cost.report",
         "app",
         "GPU cost per team, user or job across core and burst, from Slurm accounting.",
+    ),
+    "gitops": (
+        "coreburst.gitops",
+        "app",
+        "The stacks the GitHub workflows run, and the deploy role's IAM policy.",
     ),
     "prices": (
         "coreburst.common.prices_import",

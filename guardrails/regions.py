@@ -34,6 +34,33 @@ def region_patterns() -> tuple[re.Pattern[str], ...]:
     return tuple(re.compile(p["regionRegex"], re.ASCII) for p in parts)
 
 
+@functools.cache
+def _partitions() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    import botocore.loaders
+
+    loader = botocore.loaders.Loader()
+    try:
+        parts = loader.load_data("partitions")["partitions"]
+    except Exception:  # a botocore without partitions.json
+        parts = loader.load_data("endpoints")["partitions"]
+    return tuple(
+        (p.get("id") or p["partition"], re.compile(p["regionRegex"], re.ASCII)) for p in parts
+    )
+
+
+def partition_of(region: str) -> str:
+    """The ARN partition a region belongs to (``aws``, ``aws-cn``, ``aws-us-gov``...), from the
+    same botocore data; ValueError when no partition holds it.
+
+    >>> partition_of("us-gov-west-1"), partition_of("cn-north-1"), partition_of("us-east-2")
+    ('aws-us-gov', 'aws-cn', 'aws')
+    """
+    for name, rx in _partitions():
+        if rx.fullmatch(aws_region(region)):
+            return name
+    raise ValueError(f"{region!r}: no AWS partition holds this region")
+
+
 def aws_region(value: str) -> str:
     """``value`` when it is an AWS region name, else ValueError (one line, for a pydantic
     ``AfterValidator``)."""

@@ -118,6 +118,7 @@ def test_an_import_against_the_contract_breaks_it(tmp_path: Path) -> None:
     """The same contract over a made-up tree with four wrong imports: each is reported."""
     mods = [
         "coreburst/__main__.py", "coreburst/cli.py", "coreburst/core.py", "coreburst/plan.py",
+        "coreburst/gitops.py",
         "coreburst/sandbox/__init__.py", "coreburst/burst/__init__.py", "infra/__init__.py",
         "guardrails/__init__.py", "policies/__init__.py", "coreburst/onprem/__init__.py",
         "coreburst/tco/__init__.py", "coreburst/common/__init__.py", "coreburst/__init__.py",

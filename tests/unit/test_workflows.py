@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from coreburst.gitops import github_matrix, list_stacks
 from tests.helpers.prereq import require
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,12 +134,18 @@ def test_lambda_package_is_built_before_pulumi_runs(name: str, pulumi_cmd: str) 
     assert "build/" in (ROOT / ".gitignore").read_text().split()
 
 
+MATRIX_FROM_STACKS = "${{ fromJSON(needs.stacks.outputs.matrix) }}"
+
+
 def _matrix_values(job: dict, expr: str) -> list[str]:
-    """``${{ matrix.stack }}`` -> the job's matrix values for ``stack``; a literal as itself."""
+    """``${{ matrix.stack }}`` -> the values ``stack`` takes in the job's matrix: the stacks
+    job's output, which is what ``coreburst gitops stacks`` prints for this repository; a
+    literal as itself."""
     m = re.fullmatch(r"\$\{\{\s*matrix\.(\w+)\s*\}\}", expr.strip())
     if not m:
         return [expr.strip()]
-    return [str(v) for v in job["strategy"]["matrix"][m.group(1)]]
+    assert job["strategy"]["matrix"] == MATRIX_FROM_STACKS
+    return [str(entry[m.group(1)]) for entry in github_matrix(list_stacks(ROOT))["include"]]
 
 
 def test_every_secret_variable_and_environment_is_named_in_the_gitops_doc() -> None:
@@ -159,7 +166,9 @@ def test_every_secret_variable_and_environment_is_named_in_the_gitops_doc() -> N
             if env is not None:
                 name = env["name"] if isinstance(env, dict) else env
                 needed |= {("environment", e) for e in _matrix_values(job, name)}
-    assert ("secret", "PULUMI_ACCESS_TOKEN") in needed and ("environment", "prod") in needed
+    assert ("secret", "PULUMI_ACCESS_TOKEN") in needed
+    # One environment per stack file: a new stack's environment needs its row too.
+    assert {("environment", s.name) for s in list_stacks(ROOT)} <= needed
     assert sorted(needed - rows) == []
     # The OIDC trust and the Pulumi CLI install are there too, with the AWS page they follow.
     assert (
@@ -171,3 +180,107 @@ def test_every_secret_variable_and_environment_is_named_in_the_gitops_doc() -> N
         for version in re.findall(r"pulumi-version: ([\d.]+)", path.read_text()):
             assert f"--version {version}" in doc and f"pulumi-version: {version}" in doc
     assert "docs/gitops.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+
+
+# -- the stacks come from the stack files (issue 32 item 6) -----------------------------------
+# What a hard-coded stack or region would look like in a workflow: a region name anywhere, or
+# one of the repository's stack names as a word of a value.
+REGION_RE = re.compile(r"\b[a-z]{2}(-gov|-iso[a-z]*)?-(north|south|east|west|central|northeast|"
+                       r"southeast|northwest|southwest)-\d\b")  # fmt: skip
+
+
+def _scalars(node: object) -> list[str]:
+    """Every key and value of a parsed YAML document, as text."""
+    if isinstance(node, dict):
+        return [s for k, v in node.items() for s in (*_scalars(k), *_scalars(v))]
+    if isinstance(node, list):
+        return [s for v in node for s in _scalars(v)]
+    return [str(node)]
+
+
+@pytest.mark.parametrize(("name", "job_id"), [("preview.yml", "preview"), ("deploy.yml", "deploy")])
+def test_the_matrix_is_the_stacks_jobs_output(name: str, job_id: str) -> None:
+    """The Pulumi job runs once per stack file: its matrix is the ``stacks`` job's output, which
+    a step fills from ``coreburst gitops stacks --format github-matrix``; the region it deploys
+    to is the matrix's, i.e. the stack file's ``aws:region``."""
+    doc = _load(name)
+    lister = doc["jobs"]["stacks"]
+    job = doc["jobs"][job_id]
+    assert job["needs"] == "stacks"
+    assert job["strategy"]["matrix"] == MATRIX_FROM_STACKS
+    (output,) = lister["outputs"].values()
+    step_id = re.fullmatch(r"\$\{\{ steps\.(\w+)\.outputs\.matrix \}\}", output)
+    assert step_id, output
+    (step,) = [s for s in lister["steps"] if s.get("id") == step_id.group(1)]
+    assert "coreburst gitops stacks --format github-matrix" in step["run"]
+    assert 'echo "matrix=$matrix" >> "$GITHUB_OUTPUT"' in step["run"]
+    # Listing needs the base install only, not the infra extra (no Pulumi in that job).
+    assert any("pip install -e .\n" in (s.get("run", "") + "\n") for s in lister["steps"])
+    creds = next(s for s in job["steps"] if "configure-aws-credentials" in s.get("uses", ""))
+    assert creds["with"]["aws-region"] == "${{ matrix.region }}"
+    assert job["env"]["STACK"] == "${{ matrix.stack }}"
+    assert job["env"]["POLICY_CONFIG"] == "${{ matrix.policyConfig }}"
+    assert job["name"] == f"{job_id} (${{{{ matrix.stack }}}})"
+
+
+@pytest.mark.parametrize("name", ["preview.yml", "deploy.yml"])
+def test_no_stack_or_region_is_written_in_the_workflows(name: str) -> None:
+    doc = _load(name)
+    values = _scalars(doc)
+    assert [v for v in values if REGION_RE.search(v)] == []
+    for stack in list_stacks(ROOT):
+        word = re.compile(rf"(?<![\w.-]){re.escape(stack.name)}(?![\w.-])")
+        assert [v for v in values if word.search(v)] == [], stack.name
+    # The regex would see one: it is not vacuous.
+    assert REGION_RE.search("aws-region: us-gov-west-1") and REGION_RE.search("eu-central-2")
+    for job in doc["jobs"].values():
+        matrix = job.get("strategy", {}).get("matrix")
+        assert matrix is None or matrix == MATRIX_FROM_STACKS
+
+
+def test_each_stack_deploys_in_its_own_environment() -> None:
+    """The approval gate: the deploy of a stack runs in the GitHub environment named after it
+    (required reviewers are set there), one stack at a time, never cancelled."""
+    job = _load("deploy.yml")["jobs"]["deploy"]
+    assert job["environment"] == "${{ matrix.stack }}"
+    assert job["strategy"]["max-parallel"] == 1 and job["strategy"]["fail-fast"] is True
+    assert _load("deploy.yml")["concurrency"]["cancel-in-progress"] is False
+    assert "environment" not in _load("preview.yml")["jobs"]["preview"]  # sub: pull_request
+
+
+@pytest.mark.parametrize(
+    ("name", "pulumi_cmd"), [("preview.yml", "pulumi preview"), ("deploy.yml", "pulumi up")]
+)
+@pytest.mark.parametrize("policy_config", ["policies/config/dev.json", ""])
+def test_the_pulumi_step_passes_the_stacks_policy_config_when_it_has_one(
+    tmp_path: Path, name: str, pulumi_cmd: str, policy_config: str
+) -> None:
+    """The workflow's own step script, run by bash with ``pulumi`` as a function that prints its
+    arguments: ``--policy-pack-config <file>`` when the matrix names one, nothing otherwise (the
+    pack then runs every policy at its defaults)."""
+    job = _load(name)["jobs"][name.removesuffix(".yml")]
+    (step,) = [s for s in job["steps"] if f"{pulumi_cmd} --stack" in s.get("run", "")]
+    script = 'pulumi() { printf "%s\\n" "$@" > "$ARGS"; }\nset -e\n' + step["run"]
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STACK": "dev",
+        "POLICY_CONFIG": policy_config,
+        "ARGS": str(tmp_path / "args"),
+        "GITHUB_OUTPUT": str(tmp_path / "out"),
+    }
+    result = subprocess.run(
+        ["bash", "-e", "-c", script],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    args = (tmp_path / "args").read_text().splitlines()
+    assert args[:2] == [pulumi_cmd.split()[1], "--stack"] and args[2] == "dev"
+    assert ("--policy-pack-config" in args) == bool(policy_config)
+    if policy_config:
+        assert args[args.index("--policy-pack-config") + 1] == policy_config
+    assert args[args.index("--policy-pack") + 1] == "policies"
