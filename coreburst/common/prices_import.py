@@ -62,8 +62,8 @@ SOURCE = {
         "list file for an AWS service'), imported by `coreburst prices import`"
     ),
     "url": "https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/index.json",
-    "took": "terms.OnDemand pricePerUnit USD of each matched product; as_of is the offer's "
-    "publicationDate",
+    "took": "terms.OnDemand pricePerUnit USD per Hrs (instances, ports) or GB-Mo (FSx storage) "
+    "of each matched product, no reserved term or fee; as_of is the offer's publicationDate",
 }
 SERVICES = {
     "AmazonEC2": "EC2 on-demand instance-hours",
