@@ -577,7 +577,7 @@ def _drain_queue(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
             if _take(ctx, slurm, nodes, ev, watch):
                 _delete(ctx, sqs, url, msg)
                 continue
-            why = "its actions could not all be taken or recorded this cycle (report errors)"
+            why = "not settled: an action failed or the daemon's gate held it back"
         except (SlurmError, ClientError, BotoCoreError) as exc:
             why = printable(str(exc))
         except Exception as exc:  # a bug must not hold up the messages behind this one
