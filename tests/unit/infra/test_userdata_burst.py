@@ -211,12 +211,18 @@ FAKE_APT = RECORDER + (
 )
 
 
-# MADE UP BY US: `coreburst burst node-check` (coreburst/burst/node_check.py) recorded, passing
-# or failing as FAKE_CHECK says (its own behaviour: tests/unit/burst/test_node_check.py).
-FAKE_COREBURST = RECORDER + '[ "$FAKE_CHECK" = pass ] || { echo "gpu: 7 of 8" >&2; exit 1; }\n'
+HEALTH = Path(__file__).resolve().parents[2] / "fixtures/health"
+# MADE UP BY US: nvidia-smi, dcgmi and fi_info answering from a node-check replay directory
+# (tests/fixtures/health, whose README gives each output's source): <probe>.out, .rc.
+FAKE_PROBE = RECORDER + (
+    'f="$FAKE_HEALTH/$FAKE_PROBE_NAME"\n'
+    '[ -e "$f.out" ] || { echo "$0: not found" >&2; exit 127; }\n'
+    'cat "$f.out"; exit "$(cat "$f.rc" 2>/dev/null || echo 0)"\n'
+)
+PROBES = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi-diag", "fi_info": "fi_info"}
 
 
-def _fakes(tmp: Path, tools_present: bool, checker: bool = True) -> Path:
+def _fakes(tmp: Path, tools_present: bool) -> Path:
     bin_dir = tmp / "fakebin"
     bin_dir.mkdir()
     tools = {
@@ -226,11 +232,12 @@ def _fakes(tmp: Path, tools_present: bool, checker: bool = True) -> Path:
         "chown": RECORDER,
         "apt-get": FAKE_APT,
         "apt-get.recorder": RECORDER,
+        "scontrol": RECORDER,
     }
+    for tool, probe in PROBES.items():
+        tools[tool] = FAKE_PROBE.replace("$FAKE_PROBE_NAME", probe)
     if tools_present:
         tools |= {"slurmd": RECORDER, "munged": RECORDER}
-    if checker:
-        tools["coreburst"] = FAKE_COREBURST
     for name, text in tools.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -248,7 +255,7 @@ def _run_join(
     tools_present: bool = True,
     install: bool = True,
     key: bytes = MUNGE_KEY,
-    check: str = "pass",  # pass | fail | absent (no coreburst on the image) | off (no gate)
+    check: str = "pass",  # pass (p5-healthy) | fail (7 of 8 GPUs) | off (no gate)
 ) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
     root = tmp / "root"
     root.mkdir()
@@ -265,17 +272,24 @@ def _run_join(
         gres_line="Name=gpu Type=h100 File=/dev/nvidia[0-7]",
         install_packages=install,
         health_gate=check != "off",
+        gate_expect=(("p5.48xlarge", 8, 32),),
         root=str(root),
     )
     block = "\n".join(render_slurm_join(join))
     log = tmp / "calls.log"
+    health = HEALTH / "p5-healthy"
+    if check == "fail":
+        health = tmp / "health"
+        health.mkdir()
+        for f in (HEALTH / "p5-healthy").iterdir():
+            (health / f.name).write_bytes(f.read_bytes())
+        (health / "nvidia-smi.out").write_bytes((HEALTH / "bad/nvidia-smi-7-gpus.out").read_bytes())
     env = {
         **os.environ,
         # Coreutils from /usr/bin and /bin only: this machine's own slurmd (/usr/sbin) must not
         # stand in for the image's.
-        "PATH": f"{_fakes(tmp, tools_present, check != 'absent')}{os.pathsep}/usr/bin"
-        f"{os.pathsep}/bin",
-        "FAKE_CHECK": check,
+        "PATH": f"{_fakes(tmp, tools_present)}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "FAKE_HEALTH": str(health),
         "TMPDIR": str(tmp),
         "FAKE_LOG": str(log),
         "FAKE_DIR": str(fake_dir),
@@ -335,37 +349,39 @@ def test_join_reads_tag_key_and_conf_then_starts_slurmd(tmp_path: Path) -> None:
         f"aws ssm get-parameter --region {REGION} --name {PARAM_ARN} --with-decryption "
         "--query Parameter.Value --output text"
     ) in calls
-    services = [c for c in calls if c.startswith(("systemctl ", "coreburst "))]
+    services = [c.split(" -", 1)[0] for c in calls if not c.startswith(("curl", "aws", "ch"))]
     assert services == [
         "systemctl restart munge",
-        # The health gate runs before slurmd may register.
-        "coreburst burst node-check --node dev-p5-2 --instance-type p5.48xlarge --gate",
+        # The health gate runs before slurmd may register: GPUs and EFA (DCGM off by default).
+        "nvidia-smi",
+        "fi_info",
         "systemctl enable slurmd",
         "systemctl restart slurmd",
     ]
+    assert "node-gate dev-p5-2: passed" in proc.stdout
+    assert "  ok   efa: 32 EFA devices" in proc.stdout
     assert not [c for c in calls if c.startswith("apt-get")]  # slurmd and munged are present
 
 
 def test_a_node_failing_the_health_gate_never_starts_slurmd(tmp_path: Path) -> None:
     proc, _, calls = _run_join(tmp_path, check="fail")
     assert proc.returncode == 1
+    assert "  FAIL gpus: 7 GPUs, p5.48xlarge has 8" in proc.stdout
     assert "health check failed on dev-p5-2 (p5.48xlarge)" in proc.stderr
     assert "slurmd not started" in proc.stderr
     assert not [c for c in calls if "slurmd" in c and c.startswith("systemctl")]
-
-
-def test_an_image_without_coreburst_does_not_pass_the_gate_silently(tmp_path: Path) -> None:
-    proc, _, calls = _run_join(tmp_path, check="absent")
-    assert proc.returncode == 1
-    assert "coreburst is not installed on this image" in proc.stderr
-    assert "healthGate: false" in proc.stderr
-    assert not [c for c in calls if "slurmd" in c and c.startswith("systemctl")]
+    # slurmctld is told: DOWN with the reason (the job requeues), then powered down.
+    assert [c for c in calls if c.startswith("scontrol")] == [
+        "scontrol update nodename=dev-p5-2 state=down reason=coreburst: health check failed: "
+        "gpus: 7 GPUs, p5.48xlarge has 8",
+        "scontrol update nodename=dev-p5-2 state=power_down_force",
+    ]
 
 
 def test_the_gate_can_be_turned_off(tmp_path: Path) -> None:
     proc, _, calls = _run_join(tmp_path, check="off")
     assert proc.returncode == 0, proc.stderr
-    assert not [c for c in calls if c.startswith("coreburst ")]
+    assert not [c for c in calls if c.startswith(("nvidia-smi", "fi_info", "scontrol"))]
     assert "systemctl restart slurmd" in calls
 
 
