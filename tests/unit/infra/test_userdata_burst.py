@@ -24,9 +24,12 @@ What the join block does, and the documents it follows:
   daemon with the given nodename"); slurmctld needs ``SlurmctldParameters=enable_configless``.
   Debian's slurmd.service reads ``SLURMD_OPTIONS`` from ``/etc/default/slurmd``.
 
-The block runs for real in bash with the machine's coreutils; ``curl``, ``aws``, ``systemctl``,
-``chown``, ``slurmd`` and ``munged`` are FAKES MADE BY US (below), which answer as the pages above
-document and record every call.
+The block runs for real in bash with the machine's coreutils and python3 (the health gate,
+coreburst/burst/node_gate.py); ``curl``, ``aws``, ``systemctl``, ``chown``, ``scontrol``,
+``slurmd``, ``munged`` and the gate's probes (``nvidia-smi``, ``dcgmi``, ``fi_info``, answering
+from tests/fixtures/health) are FAKES MADE BY US (tests/helpers/node_boot.py), which answer as
+the pages above document and record every call. tests/integration/burst/test_node_boot.py runs
+the whole user data of the example burst stack in Debian with its real slurmd and munge.
 """
 
 from __future__ import annotations
@@ -48,6 +51,15 @@ from infra.config import StackConfigError
 from infra.offline import FAKE_ACCOUNT, Evaluation, _Mocks, evaluate_config
 from infra.userdata import JOIN_BEGIN, JOIN_END, SlurmJoin, render_slurm_join
 from tests.helpers.burst import with_on_prem
+from tests.helpers.node_boot import (
+    FAKE_APT,
+    FAKE_AWS,
+    FAKE_CURL,
+    FAKE_PROBE,
+    HEALTH,
+    PROBES,
+    RECORDER,
+)
 
 REGION = "us-east-1"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{FAKE_ACCOUNT}:secret:coreburst-munge-AbCdEf"
@@ -148,78 +160,6 @@ def test_bad_join_settings_are_one_line_errors(
 
 
 # -- the join block, run ----------------------------------------------------------------------
-
-FAKE_CURL = r"""#!/bin/bash
-# MADE UP BY US: IMDSv2 as "Retrieve instance metadata" and "View tags ... using instance
-# metadata" document it (token by PUT, reads with the token header, 404 for a missing tag).
-echo "curl $*" >> "$FAKE_LOG"
-method=GET; url=""; token=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -X) method=$2; shift ;;
-    -H) case "$2" in "X-aws-ec2-metadata-token: "*) token=${2#*: } ;; esac; shift ;;
-    http*) url=$1 ;;
-  esac
-  shift
-done
-base=http://169.254.169.254/latest
-if [ "$url" = "$base/api/token" ]; then
-  [ "$method" = PUT ] || exit 22
-  echo -n "$FAKE_TOKEN"; exit 0
-fi
-[ "$token" = "$FAKE_TOKEN" ] || { echo "curl: (22) 401" >&2; exit 22; }
-case "$url" in
-  "$base/meta-data/instance-id") echo -n "$FAKE_IID" ;;
-  "$base/meta-data/instance-type") echo -n p5.48xlarge ;;
-  "$base/meta-data/tags/instance/$FAKE_TAG_KEY")
-    n=$(( $(cat "$FAKE_DIR/polls" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAKE_DIR/polls"
-    # The tag lands after the instance boots (the resume program tags after CreateFleet).
-    if [ -n "$FAKE_NODE" ] && [ "$n" -gt 2 ]; then echo -n "$FAKE_NODE"; else
-      echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; fi ;;
-  *) exit 22 ;;
-esac
-"""
-
-FAKE_AWS = r"""#!/bin/bash
-# MADE UP BY US: the AWS CLI's answers for GetSecretValue (SecretBinary, base64 with
-# --output text) and GetParameter (Parameter.Value); AccessDenied when FAKE_DENY names the call.
-echo "aws $*" >> "$FAKE_LOG"
-case "$1 $2" in
-  "secretsmanager get-secret-value")
-    if [ "$FAKE_DENY" = secret ]; then
-      echo "An error occurred (AccessDeniedException) when calling the GetSecretValue operation" >&2
-      exit 254
-    fi
-    cat "$FAKE_DIR/secret.b64" ;;
-  "ssm get-parameter")
-    if [ "$FAKE_DENY" = parameter ]; then
-      echo "An error occurred (ParameterNotFound) when calling the GetParameter operation" >&2
-      exit 254
-    fi
-    printf '%s\n' "$FAKE_PARAM" ;;
-  *) exit 252 ;;
-esac
-"""
-
-RECORDER = (
-    '#!/bin/sh\n# MADE UP BY US: records the call.\necho "$(basename "$0") $*" >> "$FAKE_LOG"\n'
-)
-# MADE UP BY US: "installs" slurmd and munged (recorders) next to itself.
-FAKE_APT = RECORDER + (
-    'for t in slurmd munged; do printf \'%s\' "$(cat "$0.recorder")" > "$(dirname "$0")/$t"; '
-    'chmod 755 "$(dirname "$0")/$t"; done\n'
-)
-
-
-HEALTH = Path(__file__).resolve().parents[2] / "fixtures/health"
-# MADE UP BY US: nvidia-smi, dcgmi and fi_info answering from a node-check replay directory
-# (tests/fixtures/health, whose README gives each output's source): <probe>.out, .rc.
-FAKE_PROBE = RECORDER + (
-    'f="$FAKE_HEALTH/$FAKE_PROBE_NAME"\n'
-    '[ -e "$f.out" ] || { echo "$0: not found" >&2; exit 127; }\n'
-    'cat "$f.out"; exit "$(cat "$f.rc" 2>/dev/null || echo 0)"\n'
-)
-PROBES = {"nvidia-smi": "nvidia-smi", "dcgmi": "dcgmi-diag", "fi_info": "fi_info"}
 
 
 def _fakes(tmp: Path, tools_present: bool) -> Path:

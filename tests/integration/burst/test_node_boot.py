@@ -1,0 +1,211 @@
+"""A burst node boots on the default image (issue 32 item 2): the example burst stack's user
+data (Pulumi.burst.yaml, cluster ``od``: p5.48xlarge on the Deep Learning Base AMI), run whole
+by bash in real Debian with its real slurmd, munge, python3 and coreutils, reaches the start of
+slurmd; with a failing health check it does not, and says why.
+
+Where it runs: ``make test-slurm SLURM=<release>`` runs it on the host (22.05) and in the
+Debian chroots of 24.11 and 26.05 (.ci/slurm-chroot.sh; the module imports the Slurm lab's
+``slurm_release``, which puts it there). The user data runs in a throwaway root: a private mount
+namespace (``unshare --mount --net``, loopback only) in which an overlay of ``/`` (its writes
+go to a tmpfs) is the chroot, so the host, or the Debian chroot, is never changed; the test
+checks that too.
+
+What is made up, all by us (tests/helpers/node_boot.py, each saying which document it follows):
+IMDSv2 (``curl``), the AWS CLI (``aws``: the munge key secret, the Slurm parameter),
+``systemctl`` (records; ``restart slurmd`` also runs the real ``slurmd -V``), ``scontrol``
+(records), ``apt-get`` (records and fails: Debian here has slurmd and munge, so it must not
+run), the CloudWatch agent's ``amazon-cloudwatch-agent-ctl``, and ``nvidia-smi`` and ``fi_info``
+answering from tests/fixtures/health: ``p5-healthy`` (synthesized from the tools' documented
+formats) and ``recorded-h200`` (RECORDED on a real one-GPU H200 machine, without DCGM and
+libfabric). ``fi_info`` sits where the EFA installer puts it, /opt/amazon/efa/bin, which is not
+on cloud-init's PATH.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from coreburst.sandbox.slurmlab import slurm_release
+from tests.helpers.node_boot import (
+    FAKE_AWS,
+    FAKE_CURL,
+    FAKE_PROBE,
+    HEALTH,
+    RECORDER,
+    burst_user_data,
+)
+
+REPO = Path(__file__).resolve().parents[3]
+REGION = "us-east-1"
+SECRET_ARN = "arn:aws:secretsmanager:us-east-1:123456789012:secret:slurm-munge-key-AbCdEf"
+PARAM_ARN = "arn:aws:ssm:us-east-1:123456789012:parameter/coreburst/burst/slurm/conf-server"
+CONF_SERVER = "slurmctld.example.internal:6817"  # Pulumi.burst.yaml's node.confServer
+NODE = "od-1"
+KEY = bytes((i * 53 + 7) % 256 for i in range(1024))  # made up: 1024 bytes, as mungekey writes
+
+# MADE UP BY US: systemctl(1) stand-in; restart slurmd also asks the real slurmd its version.
+FAKE_SYSTEMCTL = RECORDER + (
+    '[ "$*" != "restart slurmd" ] || echo "slurmd-binary $(slurmd -V)" >> "$FAKE_LOG"\n'
+)
+FAKE_APT = RECORDER + "exit 100\n"  # MADE UP BY US: apt-get must not be needed here
+# In a private mount namespace: an overlay of / on a tmpfs, the user data run chrooted into it;
+# what it wrote is copied out (upper/) before the namespace, and the overlay, go away.
+THROWAWAY_ROOT = r"""
+set -euo pipefail
+t=$1; shift
+ov=$t/ov; mkdir -p "$ov"
+mount -t tmpfs tmpfs "$ov"
+mkdir "$ov/u" "$ov/w" "$ov/m"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$ov/u,workdir=$ov/w" "$ov/m"
+m=$ov/m
+mount -t proc proc "$m/proc"
+mount --rbind /dev "$m/dev"
+mkdir -p "$m$t" && mount --bind "$t" "$m$t"
+ip link set lo up
+install -D -m 0755 "$t/bin/amazon-cloudwatch-agent-ctl" \
+  "$m/opt/aws/amazon-cloudwatch-agent/bin/amazon-cloudwatch-agent-ctl"
+install -D -m 0755 "$t/efa/fi_info" "$m/opt/amazon/efa/bin/fi_info"
+rc=0
+chroot "$m" /usr/bin/env -i "$@" /bin/bash "$t/user-data" > "$t/stdout" 2> "$t/stderr" || rc=$?
+cp -a "$ov/u" "$t/upper"
+exit $rc
+"""
+
+
+def _boot(tmp: Path, health: str) -> tuple[subprocess.CompletedProcess[str], list[str], Path]:
+    """Run the user data once; (the run, the recorded calls, the files it wrote)."""
+    if os.geteuid() != 0:
+        pytest.fail("needs root (unshare, overlay mount, chroot): run it as make test-slurm does")
+    script = burst_user_data(REPO / "Pulumi.burst.yaml", "od", SECRET_ARN, PARAM_ARN)
+    (tmp / "user-data").write_text(script)
+    fake = tmp / "fake"
+    fake.mkdir()
+    (fake / "secret.b64").write_text(base64.b64encode(KEY).decode() + "\n")
+    tools = {
+        "curl": FAKE_CURL,
+        "aws": FAKE_AWS,
+        "systemctl": FAKE_SYSTEMCTL,
+        "scontrol": RECORDER,
+        "apt-get": FAKE_APT,
+        "amazon-cloudwatch-agent-ctl": RECORDER,
+        "nvidia-smi": FAKE_PROBE.replace("$FAKE_PROBE_NAME", "nvidia-smi"),
+        "dcgmi": FAKE_PROBE.replace("$FAKE_PROBE_NAME", "dcgmi-diag"),
+    }
+    for d, name, text in [("bin", n, t) for n, t in tools.items()] + [
+        ("efa", "fi_info", FAKE_PROBE.replace("$FAKE_PROBE_NAME", "fi_info"))
+    ]:
+        (tmp / d).mkdir(exist_ok=True)
+        (tmp / d / name).write_text(text)
+        (tmp / d / name).chmod(0o755)
+    log = tmp / "calls.log"
+    env = {
+        # cloud-init's PATH, the fakes first
+        "PATH": f"{tmp}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "LANG": "C.UTF-8",
+        "FAKE_LOG": str(log),
+        "FAKE_DIR": str(fake),
+        "FAKE_HEALTH": str(HEALTH / health),
+        "FAKE_TOKEN": "AQAEAFakeToken==",
+        "FAKE_IID": "i-0123456789abcdef0",
+        "FAKE_TAG_KEY": "coreburst-slurm-node",
+        "FAKE_TAG_AFTER": "0",
+        "FAKE_NODE": NODE,
+        "FAKE_PARAM": CONF_SERVER,
+        "FAKE_DENY": "",
+    }
+    proc = subprocess.run(
+        [
+            "unshare",
+            "--mount",
+            "--net",
+            "--propagation",
+            "private",
+            "--",
+            "bash",
+            "-c",
+            THROWAWAY_ROOT,
+            "_",
+            str(tmp),
+            *(f"{k}={v}" for k, v in env.items()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = (tmp / "stdout").read_text() if (tmp / "stdout").exists() else ""
+    err = (tmp / "stderr").read_text() if (tmp / "stderr").exists() else proc.stderr
+    run = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    calls = log.read_text().splitlines() if log.exists() else []
+    return run, calls, tmp / "upper"
+
+
+# The files a run may write on the host if the throwaway root leaked.
+WATCHED = [
+    "/etc/default/slurmd",
+    "/etc/munge/munge.key",
+    "/etc/coreburst/slurm-node-name",
+    "/usr/local/lib/coreburst/node-gate.py",
+    "/opt/aws/amazon-cloudwatch-agent/etc/coreburst.json",
+]
+
+
+def _snapshot() -> dict[str, bytes | None]:
+    return {p: Path(p).read_bytes() if Path(p).is_file() else None for p in WATCHED}
+
+
+def test_the_default_image_boots_to_slurmd(tmp_path: Path) -> None:
+    before = _snapshot()
+    run, calls, upper = _boot(tmp_path, "p5-healthy")
+    assert _snapshot() == before, "the user data changed this machine"
+    assert run.returncode == 0, run.stderr
+    # The health gate ran with the image's own python3, no coreburst installed, and passed.
+    assert "  ok   gpus: 8 GPUs at full PCIe width" in run.stdout
+    assert "  ok   efa: 32 EFA devices" in run.stdout
+    assert f"node-gate {NODE}: passed" in run.stdout
+    assert f"coreburst: slurmd started as {NODE}" in run.stdout
+    steps = [c.split(" -", 1)[0] for c in calls if not c.startswith(("curl", "aws", "slurmd-"))]
+    assert steps[-5:] == [
+        "systemctl restart munge",
+        "nvidia-smi",
+        "fi_info",  # found in /opt/amazon/efa/bin
+        "systemctl enable slurmd",
+        "systemctl restart slurmd",
+    ]
+    assert not [c for c in calls if c.startswith(("apt-get", "scontrol", "dcgmi"))]
+    # The slurmd this Debian carries is the one it would start.
+    version = next(c for c in calls if c.startswith("slurmd-binary "))
+    major, minor = slurm_release()
+    assert re.search(rf" {major}\.{minor:02d}\.\d+$", version), version
+    assert (upper / "etc/default/slurmd").read_text() == (
+        f'SLURMD_OPTIONS="-N {NODE} --conf-server {CONF_SERVER}"\n'
+    )
+    assert (upper / "etc/munge/munge.key").read_bytes() == KEY
+    gate = (upper / "usr/local/lib/coreburst/node-gate.py").read_bytes()
+    assert gate == (REPO / "coreburst/burst/node_gate.py").read_bytes()
+    assert base64.b64encode(KEY).decode()[:24] not in run.stdout + run.stderr
+
+
+def test_a_failing_check_stops_before_slurmd_and_says_why(tmp_path: Path) -> None:
+    """The recorded H200 machine (one GPU, no libfabric) booting as a p5.48xlarge."""
+    run, calls, _ = _boot(tmp_path, "recorded-h200")
+    assert run.returncode == 1
+    assert "  FAIL gpus: 1 GPUs, p5.48xlarge has 8" in run.stdout
+    assert "  FAIL efa: fi_info not found (exit 127; is it installed on the image?)" in run.stdout
+    assert f"node-gate {NODE}: FAILED: gpus: 1 GPUs, p5.48xlarge has 8" in run.stdout
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"coreburst: Slurm join failed: health check failed on {NODE}")
+    assert last.endswith("slurmd not started, this node does not register")
+    assert not [c for c in calls if c.startswith("systemctl") and "slurmd" in c]
+    # slurmctld is asked to take the node out (the job requeues, the instance is ended).
+    assert [c for c in calls if c.startswith("scontrol")] == [
+        f"scontrol update nodename={NODE} state=down reason=coreburst: health check failed: "
+        "gpus: 1 GPUs, p5.48xlarge has 8",
+        f"scontrol update nodename={NODE} state=power_down_force",
+    ]
