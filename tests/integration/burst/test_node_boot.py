@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import os
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -59,6 +60,9 @@ FAKE_APT = RECORDER + "exit 100\n"  # MADE UP BY US: apt-get must not be needed 
 THROWAWAY_ROOT = r"""
 set -euo pipefail
 t=$1; shift
+# Every mount below must stay in this namespace: none may be shared with another.
+! grep -q ' shared:' /proc/self/mountinfo \
+  || { echo "mounts here are shared: not mounting" >&2; exit 3; }
 ov=$t/ov; mkdir -p "$ov"
 mount -t tmpfs tmpfs "$ov"
 mkdir "$ov/u" "$ov/w" "$ov/m"
@@ -86,6 +90,9 @@ def _boot(tmp: Path, health: str) -> tuple[subprocess.CompletedProcess[str], lis
     (tmp / "user-data").write_text(script)
     fake = tmp / "fake"
     fake.mkdir()
+    # The root is an overlay of / alone: what lies on other mounts (the working tree in a
+    # chroot) is copied into the work directory, which is bound in.
+    shutil.copytree(HEALTH / health, tmp / "health")
     (fake / "secret.b64").write_text(base64.b64encode(KEY).decode() + "\n")
     tools = {
         "curl": FAKE_CURL,
@@ -110,7 +117,7 @@ def _boot(tmp: Path, health: str) -> tuple[subprocess.CompletedProcess[str], lis
         "LANG": "C.UTF-8",
         "FAKE_LOG": str(log),
         "FAKE_DIR": str(fake),
-        "FAKE_HEALTH": str(HEALTH / health),
+        "FAKE_HEALTH": str(tmp / "health"),
         "FAKE_TOKEN": "AQAEAFakeToken==",
         "FAKE_IID": "i-0123456789abcdef0",
         "FAKE_TAG_KEY": "coreburst-slurm-node",
@@ -119,26 +126,19 @@ def _boot(tmp: Path, health: str) -> tuple[subprocess.CompletedProcess[str], lis
         "FAKE_PARAM": CONF_SERVER,
         "FAKE_DENY": "",
     }
-    proc = subprocess.run(
-        [
-            "unshare",
-            "--mount",
-            "--net",
-            "--propagation",
-            "private",
-            "--",
-            "bash",
-            "-c",
-            THROWAWAY_ROOT,
-            "_",
-            str(tmp),
-            *(f"{k}={v}" for k, v in env.items()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    argv = ["bash", "-c", THROWAWAY_ROOT, "_", str(tmp), *(f"{k}={v}" for k, v in env.items())]
+    # Mounts made private in the new namespace; in a chroot (make test-slurm's, whose
+    # namespace is private already) / is no mount point and keeps its propagation.
+    for propagation in ("private", "unchanged"):
+        proc = subprocess.run(
+            ["unshare", "--mount", "--net", "--propagation", propagation, "--", *argv],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if "cannot change root filesystem propagation" not in proc.stderr:
+            break
     out = (tmp / "stdout").read_text() if (tmp / "stdout").exists() else ""
     err = (tmp / "stderr").read_text() if (tmp / "stderr").exists() else proc.stderr
     run = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
