@@ -913,6 +913,7 @@ class StackConfig(_Model):
         """Rules that need instance facts; raises StackConfigError."""
         self._check_instances(catalog)
         self._check_burst_boot(catalog)
+        self._check_user_data(catalog)
 
     def _check_burst_boot(self, catalog: Catalog) -> None:
         """A burst node must be able to run its user data: refuse what cannot (docs/burst.md,
@@ -945,6 +946,50 @@ class StackConfig(_Model):
             raise StackConfigError(
                 "burst.node.healthGateDcgm: true needs healthGate: true (DCGM runs in the gate)"
             )
+
+    def _check_user_data(self, catalog: Catalog) -> None:
+        """Every cluster's user data fits EC2's 16 KB, rendered with stand-ins of the length
+        of the ARNs and names the deploy fills in."""
+        from infra.userdata import lustre_efa_client_supported, render_user_data, slurm_join_for
+
+        node = self.burst.node if self.burst is not None else None
+        account = f"{self.region}:123456789012"
+        for i, c in enumerate(self.clusters):
+            kind = catalog.instances[c.instance_type].accelerator.kind
+            join = None
+            if node is not None:
+                join = slurm_join_for(
+                    node,
+                    c,
+                    catalog,
+                    region=self.region,
+                    node_tag_key=self.burst.node_tag_key if self.burst else "",
+                    munge_key_secret_arn=node.munge_key_secret_arn
+                    or f"arn:aws:secretsmanager:{account}:secret:slurm-munge-key-0123456-AbCdEf",
+                    slurm_conf_parameter_arn=node.slurm_conf_parameter_arn
+                    or f"arn:aws:ssm:{account}:parameter/coreburst/stack/slurm/conf-server",
+                )
+            lustre = self.lustre
+            try:
+                render_user_data(
+                    kind,
+                    f"fs-0123456789abcdef0.fsx.{self.region}.amazonaws.com" if lustre else None,
+                    "abcdefgh" if lustre else None,
+                    lustre_efa=bool(lustre and lustre.efa_enabled and c.efa)
+                    and lustre_efa_client_supported(c.instance_type),
+                    slurm_join=join,
+                    per_device_metrics=c.per_device_metrics,
+                )
+            except ValueError as exc:
+                raise StackConfigError(
+                    f"clusters[{i}] ({c.instance_type}): {exc}; "
+                    + (
+                        "a Neuron burst node's publisher and Slurm join do not fit together "
+                        "yet: keep Trainium clusters on a stack without burst"
+                        if kind == "neuron" and join is not None
+                        else "remove what the node need not do at boot"
+                    )
+                ) from None
 
     def _check_instances(self, catalog: Catalog) -> None:
         for i, c in enumerate(self.clusters):

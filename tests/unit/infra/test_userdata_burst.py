@@ -59,8 +59,10 @@ from tests.helpers.node_boot import (
     HEALTH,
     PROBES,
     RECORDER,
+    burst_user_data,
 )
 
+REPO = Path(__file__).resolve().parents[3]
 REGION = "us-east-1"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{FAKE_ACCOUNT}:secret:coreburst-munge-AbCdEf"
 PARAM_ARN = f"arn:aws:ssm:{REGION}:{FAKE_ACCOUNT}:parameter/coreburst/dev/slurm/conf-server"
@@ -495,3 +497,119 @@ def test_real_munged_accepts_the_key_the_block_wrote(tmp_path: Path) -> None:
     finally:
         daemon.terminate()
         daemon.wait(timeout=10)
+
+
+# -- a node that can boot: what plan refuses, what fits ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "cluster", "message"),
+    [
+        (
+            {},
+            {"instanceType": "trn2.48xlarge"},
+            "burst.node.healthGate: clusters[0] (trn2.48xlarge) has Trainium2 (neuron) "
+            "accelerators and the gate checks NVIDIA GPUs only",
+        ),
+        (
+            {"installPackages": False},
+            {},
+            "burst.node.installPackages: false, but clusters[0] boots the default image (Deep "
+            "Learning Base AMI), which has no slurmd or munge",
+        ),
+        (
+            {"healthGateDcgm": True},
+            {},
+            "burst.node.healthGateDcgm: clusters[0] boots the default image, whose DCGM 4",
+        ),
+        (
+            # EC2 would refuse the launch: user data over 16 KB (test_user_data_fits_ec2s_16_kb)
+            {"healthGate": False},
+            {"instanceType": "trn2.48xlarge"},
+            "clusters[0] (trn2.48xlarge): the node's user data is 17",
+        ),
+        (
+            {"healthGateDcgm": True, "healthGate": False},
+            {"amiSsmParameter": "/site/ami/gpu-dcgm3"},
+            "burst.node.healthGateDcgm: true needs healthGate: true",
+        ),
+    ],
+)
+def test_plan_refuses_a_node_that_cannot_boot(
+    dev_config: dict[str, Any], node: dict[str, Any], cluster: dict[str, Any], message: str
+) -> None:
+    cfg = _burst(dev_config, **node)
+    cfg["coreburst:clusters"][0].update(cluster)
+    with pytest.raises(StackConfigError) as err:
+        evaluate_config("dev", cfg)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_plan_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from coreburst.cli import app
+
+    text = (REPO / "Pulumi.burst.yaml").read_text()
+    (tmp_path / "Pulumi.burst.yaml").write_text(
+        text.replace("confServer: slurmctld", "installPackages: false\n      confServer: slurmctld")
+    )
+    res = CliRunner().invoke(app, ["plan", "--stack", "burst", "--stack-dir", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "burst.node.installPackages: false, but clusters[0] boots the default image" in (
+        res.stderr
+    )
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def test_what_an_image_of_ones_own_may_turn_off_or_on(dev_config: dict[str, Any]) -> None:
+    cfg = _burst(dev_config, installPackages=False, healthGateDcgm=True)
+    cfg["coreburst:clusters"][0]["amiSsmParameter"] = "/site/ami/gpu-slurm-dcgm3"
+    script = _script(evaluate_config("dev", cfg), "dev-p5")
+    assert "apt-get" not in script and "--expect=p5.48xlarge=8:32 \\" in script
+    assert "--no-dcgm" not in script
+    script = _script(evaluate_config("dev", _burst(dev_config, healthGate=False)), "dev-p5")
+    assert "node-gate" not in script and "systemctl restart slurmd" in script
+
+
+def test_the_gate_expects_each_type_the_cluster_launches(dev_config: dict[str, Any]) -> None:
+    cfg = _burst(dev_config)
+    cfg["coreburst:clusters"][0].update(fallbackInstanceTypes=["p5e.48xlarge"])
+    script = _script(evaluate_config("dev", cfg), "dev-p5")
+    assert "--expect=p5.48xlarge=8:32 --expect=p5e.48xlarge=8:32 --no-dcgm" in script
+    cfg["coreburst:clusters"][0].update(efa=False, fallbackInstanceTypes=[])
+    script = _script(evaluate_config("dev", cfg), "dev-p5")
+    assert "--expect=p5.48xlarge=8:0 --no-dcgm" in script  # no EFA interface, no EFA probe
+
+
+def test_user_data_fits_ec2s_16_kb(
+    dev: Evaluation, prod: Evaluation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EC2 user guide, "Run commands when you launch an EC2 instance with user data input"
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html): "User data is
+    limited to 16 KB, in raw form, before it is base64-encoded"."""
+    import infra.userdata
+    from infra.offline import evaluate_stack
+
+    sizes = {}
+    for ev in (dev, prod, evaluate_stack("burst")):
+        for lt in ev.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+            sizes[lt.name] = len(base64.b64decode(lt.inputs["userData"]))
+    assert max(sizes.values()) <= 16 * 1024, sizes
+    assert sizes["od-lt"] > 10_000  # the gate is in it (about 6 KB of it)
+    monkeypatch.setattr(infra.userdata, "USER_DATA_MAX_BYTES", 8 * 1024)
+    with pytest.raises(ValueError, match=r"user data is \d+ bytes; EC2 takes at most 8192"):
+        burst_user_data(REPO / "Pulumi.burst.yaml", "od", SECRET_ARN, PARAM_ARN)
+
+
+def test_the_chroot_tests_user_data_is_the_programs() -> None:
+    """tests/integration/burst/test_node_boot.py renders without Pulumi (the Slurm chroots have
+    none): what it runs is byte for byte what the launch template carries."""
+    from infra.offline import evaluate_stack
+
+    ev = evaluate_stack("burst")
+    secret, param = ev.outputs["slurmMungeKeySecretArn"], ev.outputs["slurmConfParameterArn"]
+    for cluster in ("od", "sp"):
+        assert _script(ev, cluster) == burst_user_data(
+            REPO / "Pulumi.burst.yaml", cluster, secret, param
+        )
