@@ -562,37 +562,68 @@ def test_plan_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
 
 
+def _join_block(config: dict[str, Any], cluster: str = "dev-p5") -> str:
+    """The join block GpuCluster would render for ``cluster`` (without Pulumi: the program's
+    own rendering is held to this by test_the_chroot_tests_user_data_is_the_programs)."""
+    from coreburst.common.catalog import load_catalog
+    from infra.config import parse_stack_config
+    from infra.userdata import slurm_join_for
+
+    raw = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("coreburst:")}
+    catalog = load_catalog()
+    cfg = parse_stack_config({**raw, "region": config["aws:region"]}, catalog)
+    assert cfg.burst is not None and cfg.burst.node is not None
+    c = next(c for c in cfg.clusters if c.name == cluster)
+    join = slurm_join_for(
+        cfg.burst.node,
+        c,
+        catalog,
+        region=cfg.region,
+        node_tag_key=cfg.burst.node_tag_key,
+        munge_key_secret_arn=SECRET_ARN,
+        slurm_conf_parameter_arn=PARAM_ARN,
+    )
+    return "\n".join(render_slurm_join(join))
+
+
 def test_what_an_image_of_ones_own_may_turn_off_or_on(dev_config: dict[str, Any]) -> None:
     cfg = _burst(dev_config, installPackages=False, healthGateDcgm=True)
     cfg["coreburst:clusters"][0]["amiSsmParameter"] = "/site/ami/gpu-slurm-dcgm3"
-    script = _script(evaluate_config("dev", cfg), "dev-p5")
-    assert "apt-get" not in script and "--expect=p5.48xlarge=8:32 \\" in script
-    assert "--no-dcgm" not in script
-    script = _script(evaluate_config("dev", _burst(dev_config, healthGate=False)), "dev-p5")
-    assert "node-gate" not in script and "systemctl restart slurmd" in script
+    block = _join_block(cfg)
+    assert "apt-get" not in block and "--expect=p5.48xlarge=8:32 \\" in block
+    assert "--no-dcgm" not in block
+    block = _join_block(_burst(dev_config, healthGate=False))
+    assert "node-gate" not in block and "systemctl restart slurmd" in block
 
 
 def test_the_gate_expects_each_type_the_cluster_launches(dev_config: dict[str, Any]) -> None:
     cfg = _burst(dev_config)
     cfg["coreburst:clusters"][0].update(fallbackInstanceTypes=["p5e.48xlarge"])
-    script = _script(evaluate_config("dev", cfg), "dev-p5")
-    assert "--expect=p5.48xlarge=8:32 --expect=p5e.48xlarge=8:32 --no-dcgm" in script
+    block = _join_block(cfg)
+    assert "--expect=p5.48xlarge=8:32 --expect=p5e.48xlarge=8:32 --no-dcgm" in block
     cfg["coreburst:clusters"][0].update(efa=False, fallbackInstanceTypes=[])
-    script = _script(evaluate_config("dev", cfg), "dev-p5")
-    assert "--expect=p5.48xlarge=8:0 --no-dcgm" in script  # no EFA interface, no EFA probe
+    block = _join_block(cfg)
+    assert "--expect=p5.48xlarge=8:0 --no-dcgm" in block  # no EFA interface, no EFA probe
+
+
+@pytest.fixture(scope="module")
+def burst() -> Evaluation:
+    """The example burst stack (Pulumi.burst.yaml) under mocks."""
+    from infra.offline import evaluate_stack
+
+    return evaluate_stack("burst")
 
 
 def test_user_data_fits_ec2s_16_kb(
-    dev: Evaluation, prod: Evaluation, monkeypatch: pytest.MonkeyPatch
+    dev: Evaluation, prod: Evaluation, burst: Evaluation, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """EC2 user guide, "Run commands when you launch an EC2 instance with user data input"
     (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html): "User data is
     limited to 16 KB, in raw form, before it is base64-encoded"."""
     import infra.userdata
-    from infra.offline import evaluate_stack
 
     sizes = {}
-    for ev in (dev, prod, evaluate_stack("burst")):
+    for ev in (dev, prod, burst):
         for lt in ev.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
             sizes[lt.name] = len(base64.b64decode(lt.inputs["userData"]))
     assert max(sizes.values()) <= 16 * 1024, sizes
@@ -602,12 +633,10 @@ def test_user_data_fits_ec2s_16_kb(
         burst_user_data(REPO / "Pulumi.burst.yaml", "od", SECRET_ARN, PARAM_ARN)
 
 
-def test_the_chroot_tests_user_data_is_the_programs() -> None:
+def test_the_chroot_tests_user_data_is_the_programs(burst: Evaluation) -> None:
     """tests/integration/burst/test_node_boot.py renders without Pulumi (the Slurm chroots have
     none): what it runs is byte for byte what the launch template carries."""
-    from infra.offline import evaluate_stack
-
-    ev = evaluate_stack("burst")
+    ev = burst
     secret, param = ev.outputs["slurmMungeKeySecretArn"], ev.outputs["slurmConfParameterArn"]
     for cluster in ("od", "sp"):
         assert _script(ev, cluster) == burst_user_data(
