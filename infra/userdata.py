@@ -245,6 +245,7 @@ class SlurmJoin:
 
 
 NODE_GATE_PATH = "/usr/local/lib/coreburst/node-gate.py"
+SLURMD_DROP_IN = "/etc/systemd/system/slurmd.service.d/coreburst-configless.conf"
 # The EFA installer puts fi_info in /opt/amazon/efa/bin, which is not on cloud-init's PATH
 # (EC2 user guide, "Get started with EFA and NCCL", runs it as /opt/amazon/efa/bin/fi_info).
 EFA_BIN = "/opt/amazon/efa/bin"
@@ -397,6 +398,15 @@ def render_slurm_join(j: SlurmJoin) -> list[str]:
             '  || cb_fail "parameter $cb_param is not a conf server (host[:port],...)"',
             "# Configless: slurmd fetches slurm.conf and gres.conf from slurmctld.",
             'cb_opts="-N $cb_node --conf-server $cb_conf"',
+            # Debian 12's slurmd.service (and its forerunners) has
+            # ConditionPathExists=/etc/slurm/slurm.conf: with none, `systemctl restart slurmd`
+            # succeeds and starts nothing. systemd.unit(5), Conditions: an empty assignment
+            # resets the list of conditions.
+            "# slurmd.service may start only with /etc/slurm/slurm.conf, which configless has "
+            "not: lift that condition.",
+            f"install -d -m 0755 {q(r + SLURMD_DROP_IN.rsplit('/', 1)[0])}",
+            f"printf '[Unit]\\nConditionPathExists=\\n' > {q(r + SLURMD_DROP_IN)}",
+            "systemctl daemon-reload || cb_fail 'systemctl daemon-reload failed'",
         ]
     else:
         lines += [

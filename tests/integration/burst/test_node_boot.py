@@ -12,7 +12,9 @@ checks that too.
 
 What is made up, all by us (tests/helpers/node_boot.py, each saying which document it follows):
 IMDSv2 (``curl``), the AWS CLI (``aws``: the munge key secret, the Slurm parameter),
-``systemctl`` (records; ``restart slurmd`` also runs the real ``slurmd -V``), ``scontrol``
+``systemctl`` (records; ``restart slurmd`` reads the real slurmd.service and its drop-ins,
+skips the start on an unmet ``ConditionPathExists`` as systemd does, and runs the real
+``slurmd -V``), ``scontrol``
 (records), ``apt-get`` (records and fails: Debian here has slurmd and munge, so it must not
 run), the CloudWatch agent's ``amazon-cloudwatch-agent-ctl``, and ``nvidia-smi`` and ``fi_info``
 answering from tests/fixtures/health: ``p5-healthy`` (synthesized from the tools' documented
@@ -50,9 +52,26 @@ CONF_SERVER = "slurmctld.example.internal:6817"  # Pulumi.burst.yaml's node.conf
 NODE = "od-1"
 KEY = bytes((i * 53 + 7) % 256 for i in range(1024))  # made up: 1024 bytes, as mungekey writes
 
-# MADE UP BY US: systemctl(1) stand-in; restart slurmd also asks the real slurmd its version.
-FAKE_SYSTEMCTL = RECORDER + (
-    '[ "$*" != "restart slurmd" ] || echo "slurmd-binary $(slurmd -V)" >> "$FAKE_LOG"\n'
+# MADE UP BY US: systemctl(1) for the user data, recording each call. `restart slurmd` reads this
+# Debian's own slurmd.service and the drop-ins in /etc/systemd/system/slurmd.service.d as
+# systemd.unit(5) says (drop-ins after the unit, in name order; ConditionPathExists= with an
+# empty value resets the conditions; "!" negates) and, as systemd does, starts nothing and exits
+# 0 when a condition fails; else it records the start with the real slurmd's version.
+FAKE_SYSTEMCTL = (
+    RECORDER
+    + r"""[ "$*" = "restart slurmd" ] || exit 0
+for unit in /etc/systemd/system/slurmd.service /lib/systemd/system/slurmd.service \
+    /usr/lib/systemd/system/slurmd.service; do [ -e "$unit" ] && break; done
+[ -e "$unit" ] || { echo "slurmd-unit missing" >> "$FAKE_LOG"; exit 5; }
+conds=$(cat "$unit" /etc/systemd/system/slurmd.service.d/*.conf 2>/dev/null | awk -F= '
+  /^ConditionPathExists=/ { if ($2 == "") n = 0; else c[++n] = $2 }
+  END { for (i = 1; i <= n; i++) print c[i] }')
+for p in $conds; do
+  case $p in '!'*) [ ! -e "${p#!}" ] ;; *) [ -e "$p" ] ;; esac || {
+    echo "slurmd-unit skipped: ConditionPathExists=$p ($unit)" >> "$FAKE_LOG"; exit 0; }
+done
+echo "slurmd-unit started: $(slurmd -V)" >> "$FAKE_LOG"
+"""
 )
 FAKE_APT = RECORDER + "exit 100\n"  # MADE UP BY US: apt-get must not be needed here
 # In a private mount namespace: an overlay of / on a tmpfs, the user data run chrooted into it;
@@ -153,6 +172,7 @@ WATCHED = [
     "/etc/coreburst/slurm-node-name",
     "/usr/local/lib/coreburst/node-gate.py",
     "/opt/aws/amazon-cloudwatch-agent/etc/coreburst.json",
+    "/etc/systemd/system/slurmd.service.d/coreburst-configless.conf",
 ]
 
 
@@ -170,8 +190,12 @@ def test_the_default_image_boots_to_slurmd(tmp_path: Path) -> None:
     assert "  ok   efa: 32 EFA devices" in run.stdout
     assert f"node-gate {NODE}: passed" in run.stdout
     assert f"coreburst: slurmd started as {NODE}" in run.stdout
+    # This Debian's slurmd.service, with the user data's drop-in, starts its own slurmd.
+    version = next(c for c in calls if c.startswith("slurmd-unit "))
+    assert version.startswith("slurmd-unit started: "), version
     steps = [c.split(" -", 1)[0] for c in calls if not c.startswith(("curl", "aws", "slurmd-"))]
-    assert steps[-5:] == [
+    assert steps[-6:] == [
+        "systemctl daemon-reload",  # the configless drop-in
         "systemctl restart munge",
         "nvidia-smi",
         "fi_info",  # found in /opt/amazon/efa/bin
@@ -179,8 +203,6 @@ def test_the_default_image_boots_to_slurmd(tmp_path: Path) -> None:
         "systemctl restart slurmd",
     ]
     assert not [c for c in calls if c.startswith(("apt-get", "scontrol", "dcgmi"))]
-    # The slurmd this Debian carries is the one it would start.
-    version = next(c for c in calls if c.startswith("slurmd-binary "))
     major, minor = slurm_release()
     assert re.search(rf" {major}\.{minor:02d}\.\d+$", version), version
     assert (upper / "etc/default/slurmd").read_text() == (

@@ -268,6 +268,8 @@ def test_join_reads_tag_key_and_conf_then_starts_slurmd(tmp_path: Path) -> None:
         f'SLURMD_OPTIONS="-N dev-p5-2 --conf-server {CONF_SERVER}"\n'
     )
     assert (root / "etc/coreburst/slurm-node-name").read_text() == "dev-p5-2\n"
+    drop_in = root / "etc/systemd/system/slurmd.service.d/coreburst-configless.conf"
+    assert drop_in.read_text() == "[Unit]\nConditionPathExists=\n"
     assert (tmp_path / "fake/polls").read_text().strip() == "3"
     assert f"instance {INSTANCE_ID} is Slurm node dev-p5-2" in proc.stdout
     # The key: exact bytes, mode 0400, owned by munge, in a 0700 directory, never logged.
@@ -293,6 +295,8 @@ def test_join_reads_tag_key_and_conf_then_starts_slurmd(tmp_path: Path) -> None:
     ) in calls
     services = [c.split(" -", 1)[0] for c in calls if not c.startswith(("curl", "aws", "ch"))]
     assert services == [
+        # Configless: a drop-in lifts Debian's ConditionPathExists=/etc/slurm/slurm.conf.
+        "systemctl daemon-reload",
         "systemctl restart munge",
         # The health gate runs before slurmd may register: GPUs and EFA (DCGM off by default).
         "nvidia-smi",
@@ -336,6 +340,7 @@ def test_file_mode_writes_slurm_conf_and_the_nodes_gres(tmp_path: Path) -> None:
         "NodeName=p5-7 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
     )
     assert (root / "etc/default/slurmd").read_text() == 'SLURMD_OPTIONS="-N p5-7"\n'
+    assert not (root / "etc/systemd/system/slurmd.service.d").exists()  # slurm.conf is there
 
 
 def test_missing_slurm_is_installed_with_apt(tmp_path: Path) -> None:
@@ -526,7 +531,8 @@ def test_real_munged_accepts_the_key_the_block_wrote(tmp_path: Path) -> None:
             # EC2 would refuse the launch: user data over 16 KB (test_user_data_fits_ec2s_16_kb)
             {"healthGate": False},
             {"instanceType": "trn2.48xlarge"},
-            "clusters[0] (trn2.48xlarge): the node's user data is 17",
+            "bytes; EC2 takes at most 16384 (before base64); a Neuron burst node's publisher and "
+            "Slurm join do not fit together yet",
         ),
         (
             {"healthGateDcgm": True, "healthGate": False},
