@@ -326,12 +326,15 @@ def render_slurm_join(j: SlurmJoin) -> list[str]:
         f"cb_param={q(j.slurm_conf_parameter_arn)}",
     ]
     if j.install_packages:
-        # From the image's own apt sources (a fresh image may have no package lists yet).
+        # From the image's own apt sources (a fresh image may have no package lists yet);
+        # slurm-client for scontrol, with which a node that fails its gate takes itself out
+        # (Debian's slurmd does not depend on it).
         apt = "DEBIAN_FRONTEND=noninteractive timeout 900 apt-get"
         lines += [
             "if ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then",
             f"  {{ {apt} update -qq \\",
-            f"    && {apt} install -y --no-install-recommends slurmd munge; }} \\",
+            f"    && {apt} install -y --no-install-recommends slurmd munge \\",
+            "       slurm-client; } \\",
             '    || cb_fail "cannot install slurmd and munge (apt-get); bake them into the AMI"',
             "fi",
         ]

@@ -346,7 +346,7 @@ def test_file_mode_writes_slurm_conf_and_the_nodes_gres(tmp_path: Path) -> None:
 def test_missing_slurm_is_installed_with_apt(tmp_path: Path) -> None:
     proc, _, calls = _run_join(tmp_path, tools_present=False)
     assert proc.returncode == 0, proc.stderr
-    assert "apt-get install -y --no-install-recommends slurmd munge" in calls
+    assert "apt-get install -y --no-install-recommends slurmd munge slurm-client" in calls
 
 
 @pytest.mark.parametrize(
