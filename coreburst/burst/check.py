@@ -1,0 +1,1195 @@
+"""``coreburst burst check``: ask the account (and the Slurm controller) what only they can say,
+before the first job that bursts finds it out as a Slurm failure minutes later.
+
+Read-only: every AWS call is a Describe/List/Get, a ``DryRun`` launch or an IAM policy
+simulation; Slurm is read with ``scontrol show config`` and ``scontrol -o show reservation``.
+Each check answers with one :class:`Result`: ``ok`` (✔), ``fail`` (✘, with the fix) or
+``unknown`` (?, when the credentials may not ask, or nothing answered: never counted as ✔).
+
+What is asked, per stack (``Pulumi.<stack>.yaml``, as the resume program reads it):
+
+* ``identity``: who the credentials are (STS GetCallerIdentity).
+* ``offering``: each (instance type, zone) of each pool is offered there
+  (EC2 DescribeInstanceTypeOfferings, location type ``availability-zone``).
+* ``quota``: the vCPU quota of each (family, market) the pools launch into, against the
+  vCPUs of every node of those pools at once (Service Quotas GetServiceQuota; codes in
+  :data:`QUOTA_CODES`).
+* ``launch-template`` and ``ami``: the template the resume program would pick for each pool
+  (tagged with the stack; coreburst/burst/launch.py) and the image its ``$Latest`` version
+  names, still available (DescribeLaunchTemplateVersions, DescribeImages).
+* ``subnet``: the subnet each zone of each pool launches into: the template's own for a
+  one-zone pool, the stack's tagged private subnet of the zone for a pool of several zones
+  (what :meth:`Launcher.subnets` finds).
+* ``dry-run``: CreateFleet (the resume program's own request for one node) and RunInstances
+  from the pool's template with ``DryRun``: EC2 answers ``DryRunOperation`` when the caller
+  may, ``UnauthorizedOperation`` when not (EC2 API reference, "Common client error codes",
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html), so the
+  ``ec2:LaunchTemplate`` / ``ec2:CreateAction`` conditions are read by real EC2, not by us.
+* ``permission``: what resume, suspend and the reconciler call that a dry run cannot show
+  (Describe*, tag-conditioned CreateTags and TerminateInstances, iam:PassRole), by IAM
+  SimulatePrincipalPolicy for the caller (or ``--principal``).
+* ``spot-events`` (stacks with a spot pool): the EventBridge rules for the two spot events
+  (infra/components/guardrails.py) exist, are enabled and deliver to an SQS queue that exists.
+* Slurm (on the controller): the fragment is in effect (slurmctld's ResumeProgram,
+  SuspendProgram and ResumeFailProgram are the stack's), each program is executable by
+  SlurmUser, ResumeTimeout is at least the stack's ``resumeTimeout`` (the pools' boot
+  allowance), the Capacity Block hold reservations exist, the spend gate's guardrails config
+  names a usable scope.
+
+    >>> results = run_checks(load_burst_stack("burst"), Clients("us-east-1"))  # doctest: +SKIP
+    >>> print(render_text(results))  # doctest: +SKIP
+    ✔ offering   od: p5.48xlarge in us-east-1a: offered (ec2:DescribeInstanceTypeOfferings)
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import os
+import pwd
+import re
+import stat
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from coreburst.burst.config import BurstStack, gate_limits
+from coreburst.burst.iam import partition_of
+from coreburst.burst.launch import Launcher
+from coreburst.burst.slurmconf import NodeSet, node_set_of, node_sets, reservation_commands
+from coreburst.common.catalog import Catalog, load_catalog
+from coreburst.common.names import OWNER_TAG_KEYS, PRIVATE_SUBNET_TAG, STACK_TAG_KEY
+from infra.config import StackConfigError
+
+Status = Literal["ok", "fail", "unknown"]
+# An IAM role or user ARN (with an optional path), as --principal takes it.
+IAM_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+")
+MARK: dict[Status, str] = {"ok": "✔", "fail": "✘", "unknown": "?"}
+
+# Every call has a deadline: a check that cannot get an answer in time says so (?).
+CONNECT_TIMEOUT_S = 5
+READ_TIMEOUT_S = 20
+MAX_ATTEMPTS = 3
+
+# Error codes that mean "these credentials may not ask": EC2 answers UnauthorizedOperation
+# (EC2 API reference, "Common client error codes"), most JSON services AccessDeniedException,
+# query services (IAM, STS, SQS) AccessDenied.
+DENIED = frozenset(
+    {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthFailure"}
+)
+
+# Service Quotas codes of the EC2 vCPU quotas a pool launches against, by (instance family
+# letter group, market). Named as ListServiceQuotas --service-code ec2 names them; the EC2 User
+# Guide, "Amazon EC2 service quotas" (https://docs.aws.amazon.com/ec2/latest/instancetypes/
+# ec2-instance-quotas.html) says these quotas count vCPUs of running on-demand instances and of
+# all spot requests, per family group:
+#   L-417A185B  Running On-Demand P instances
+#   L-7212CCBC  All P Spot Instance Requests
+#   L-2C3B7624  Running On-Demand Trn instances
+#   L-6B0D517C  All Trn Spot Instance Requests
+#   L-DB2E81BA  Running On-Demand G and VT instances
+#   L-3819A6DF  All G and VT Spot Instance Requests
+# Capacity reservations are used by running on-demand instances and count against the
+# on-demand quota; Capacity Blocks are bought capacity and are not checked here.
+QUOTA_CODES: dict[tuple[str, str], tuple[str, str]] = {
+    ("P", "on-demand"): ("L-417A185B", "Running On-Demand P instances"),
+    ("P", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
+    ("Trn", "on-demand"): ("L-2C3B7624", "Running On-Demand Trn instances"),
+    ("Trn", "spot"): ("L-6B0D517C", "All Trn Spot Instance Requests"),
+    ("G", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
+    ("G", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
+}
+_QUOTA_MARKET = {"on-demand": "on-demand", "capacity-reservation": "on-demand", "spot": "spot"}
+
+# The two EC2 events the spot-interruption rule reads (infra/components/guardrails.py,
+# SPOT_EVENTS; Amazon EC2 User Guide, "Spot Instance interruption notices" and "EC2 instance
+# rebalance recommendations"). Repeated here so the check needs no Pulumi.
+SPOT_EVENTS = {
+    "interruption": "EC2 Spot Instance Interruption Warning",
+    "rebalance": "EC2 Instance Rebalance Recommendation",
+}
+
+
+@dataclass(frozen=True)
+class Result:
+    """One check's answer: which check, about what, what was asked (the API call or file),
+    what was found, and the fix when it is not ✔."""
+
+    check: str
+    subject: str
+    status: Status
+    asked: str
+    detail: str
+    fix: str = ""
+
+    def line(self) -> str:
+        text = f"{MARK[self.status]} {self.check:<15} {self.subject}: {self.detail} ({self.asked})"
+        if self.status != "ok" and self.fix:
+            text += f"; fix: {self.fix}"
+        return text
+
+
+class _NoAnswer(Exception):
+    """A call that got no usable answer: ``detail`` says why, ``fix`` how to get one."""
+
+    def __init__(self, detail: str, fix: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.fix = fix
+
+
+def ask(permission: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
+    """``fn(**kwargs)``; an access-denied answer or no answer at all raises _NoAnswer (the
+    check is ?). Other client errors (not found, invalid) are the caller's to read."""
+    try:
+        return fn(**kwargs)
+    except ClientError as exc:
+        code = str(exc.response.get("Error", {}).get("Code", ""))
+        if code in DENIED:
+            raise _NoAnswer(
+                f"these credentials may not ask ({code})",
+                f"grant {permission} to the credentials that run the check",
+            ) from None
+        raise
+    except BotoCoreError as exc:
+        raise _NoAnswer(
+            f"no answer ({type(exc).__name__}: {exc})",
+            "check the AWS credentials, region and network (AWS_* environment)",
+        ) from None
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", "ClientError"))
+
+
+def _message(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Message", "")).split("\n")[0][:200]
+
+
+class Clients:
+    """boto3 clients for one region with the check's deadlines, made on first use. The
+    endpoint is boto3's own (``AWS_ENDPOINT_URL`` and friends), so a test points it at a
+    local emulator the way a user points it at a VPC endpoint."""
+
+    def __init__(self, region: str, session: boto3.session.Session | None = None) -> None:
+        self.region = region
+        self.session = session or boto3.session.Session()
+        self.config = Config(
+            connect_timeout=CONNECT_TIMEOUT_S,
+            read_timeout=READ_TIMEOUT_S,
+            retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
+        )
+        self._made: dict[str, Any] = {}
+
+    def __call__(self, service: str) -> Any:
+        if service not in self._made:
+            self._made[service] = self.session.client(
+                service,  # type: ignore[call-overload]
+                region_name=self.region,
+                config=self.config,
+            )
+        return self._made[service]
+
+
+# -- identity -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Caller:
+    account: str
+    arn: str  # as STS says (an assumed role's session ARN)
+    principal: str  # what IAM simulates: the role or user ARN
+
+
+def principal_of(arn: str) -> str:
+    """The IAM principal an STS caller ARN stands for: an assumed role's session
+    (``arn:aws:sts::<acct>:assumed-role/<role>/<session>``) is its role. The role's path is not
+    in that ARN; a role with a path is named with ``--principal``.
+
+    >>> principal_of("arn:aws:sts::123456789012:assumed-role/burst-controller/i-0abc")
+    'arn:aws:iam::123456789012:role/burst-controller'
+    >>> principal_of("arn:aws:iam::123456789012:user/slurm")
+    'arn:aws:iam::123456789012:user/slurm'
+    """
+    m = re.fullmatch(r"arn:([\w-]+):sts::(\d{12}):assumed-role/([^/]+)/.*", arn)
+    if m:
+        return f"arn:{m.group(1)}:iam::{m.group(2)}:role/{m.group(3)}"
+    return arn
+
+
+def check_identity(clients: Clients) -> tuple[Result, Caller | None]:
+    asked = "sts:GetCallerIdentity"
+    try:
+        who = ask(asked, clients("sts").get_caller_identity)
+    except _NoAnswer as exc:
+        return Result("identity", "credentials", "unknown", asked, exc.detail, exc.fix), None
+    except ClientError as exc:
+        return (
+            Result(
+                "identity",
+                "credentials",
+                "fail",
+                asked,
+                f"refused ({_code(exc)}: {_message(exc)})",
+                "give credentials of the account the stack is deployed to",
+            ),
+            None,
+        )
+    caller = Caller(str(who["Account"]), str(who["Arn"]), principal_of(str(who["Arn"])))
+    return (
+        Result(
+            "identity",
+            "credentials",
+            "ok",
+            asked,
+            f"{caller.arn} in account {caller.account}, region {clients.region}",
+        ),
+        caller,
+    )
+
+
+# -- offerings ------------------------------------------------------------------------------------
+def _choices(stack: BurstStack, sets: Iterable[NodeSet]) -> list[tuple[NodeSet, str, str]]:
+    out = []
+    for ns in sets:
+        zones = list(ns.zones) or [stack.config.availability_zone]
+        for zone in zones:
+            for itype in ns.instance_types or (ns.instance_type,):
+                out.append((ns, itype, zone))
+    return out
+
+
+def check_offerings(stack: BurstStack, sets: list[NodeSet], clients: Clients) -> list[Result]:
+    asked = "ec2:DescribeInstanceTypeOfferings"
+    choices = _choices(stack, sets)
+    types = sorted({t for _, t, _ in choices})
+    zones = sorted({z for _, _, z in choices})
+    try:
+        pages = (
+            clients("ec2")
+            .get_paginator("describe_instance_type_offerings")
+            .paginate(
+                LocationType="availability-zone",
+                Filters=[
+                    {"Name": "instance-type", "Values": types},
+                    {"Name": "location", "Values": zones},
+                ],
+            )
+        )
+        offered = {
+            (o["InstanceType"], o["Location"])
+            for page in ask(asked, lambda: list(pages))
+            for o in page.get("InstanceTypeOfferings", [])
+        }
+    except _NoAnswer as exc:
+        return [
+            Result("offering", f"{ns.cluster}: {t} in {z}", "unknown", asked, exc.detail, exc.fix)
+            for ns, t, z in choices
+        ]
+    except ClientError as exc:
+        return [
+            Result(
+                "offering",
+                f"{ns.cluster}: {t} in {z}",
+                "unknown",
+                asked,
+                f"{_code(exc)}: {_message(exc)}",
+                f"check that {z} is a zone of {clients.region}",
+            )
+            for ns, t, z in choices
+        ]
+    out = []
+    for ns, t, z in choices:
+        subject = f"{ns.cluster}: {t} in {z}"
+        if (t, z) in offered:
+            out.append(Result("offering", subject, "ok", asked, "offered"))
+            continue
+        # One more call, only on failure: where the type is offered instead.
+        elsewhere = sorted(o for o in _offered_zones(clients, t) if o != z)
+        there = ", ".join(elsewhere) or f"none in {clients.region}"
+        out.append(
+            Result(
+                "offering",
+                subject,
+                "fail",
+                asked,
+                f"{t} is not offered in {z}",
+                f"set the pool's zones to where it is ({there}) or drop {t} from its "
+                "instance types",
+            )
+        )
+    return out
+
+
+def _offered_zones(clients: Clients, itype: str) -> list[str]:
+    try:
+        resp = clients("ec2").describe_instance_type_offerings(
+            LocationType="availability-zone",
+            Filters=[{"Name": "instance-type", "Values": [itype]}],
+        )
+    except (ClientError, BotoCoreError):
+        return []
+    return [o["Location"] for o in resp.get("InstanceTypeOfferings", [])]
+
+
+# -- quotas -----------------------------------------------------------------------------------
+def quota_group(family: str) -> str | None:
+    """The quota group of an instance family (p5 -> P, trn2 -> Trn, g6e -> G), or None.
+
+    >>> quota_group("p5en"), quota_group("trn2"), quota_group("g6e"), quota_group("c7i")
+    ('P', 'Trn', 'G', None)
+    """
+    if family.startswith("trn"):
+        return "Trn"
+    if family[:1] == "p":
+        return "P"
+    if family[:1] == "g" or family.startswith("vt"):
+        return "G"
+    return None
+
+
+def quota_needs(sets: list[NodeSet], catalog: Catalog) -> dict[tuple[str, str], tuple[int, list[str]]]:
+    """(group, market) -> (vCPUs of every node of those pools running at once, the pools).
+    A pool whose types differ in vCPUs counts its largest."""
+    need: dict[tuple[str, str], tuple[int, list[str]]] = {}
+    for ns in sets:
+        market = _QUOTA_MARKET.get(ns.market)
+        if market is None:
+            continue
+        facts = [catalog.instance(t) for t in ns.instance_types or (ns.instance_type,)]
+        group = quota_group(facts[0].family)
+        if group is None:
+            continue
+        vcpus = max(f.vcpus for f in facts) * len(ns.names)
+        total, pools = need.get((group, market), (0, []))
+        need[(group, market)] = (total + vcpus, [*pools, ns.cluster])
+    return need
+
+
+def check_quotas(sets: list[NodeSet], clients: Clients, catalog: Catalog) -> list[Result]:
+    out = []
+    for (group, market), (vcpus, pools) in sorted(quota_needs(sets, catalog).items()):
+        code, name = QUOTA_CODES[(group, market)]
+        asked = f"service-quotas:GetServiceQuota ec2/{code}"
+        subject = f"{name} ({', '.join(pools)})"
+        try:
+            q = ask(
+                "servicequotas:GetServiceQuota",
+                clients("service-quotas").get_service_quota,
+                ServiceCode="ec2",
+                QuotaCode=code,
+            )
+        except _NoAnswer as exc:
+            out.append(Result("quota", subject, "unknown", asked, exc.detail, exc.fix))
+            continue
+        except ClientError as exc:
+            out.append(
+                Result(
+                    "quota",
+                    subject,
+                    "unknown",
+                    asked,
+                    f"{_code(exc)}: {_message(exc)}",
+                    f"look the quota up in the Service Quotas console (ec2, {code})",
+                )
+            )
+            continue
+        have = float(q["Quota"]["Value"])
+        if have >= vcpus:
+            out.append(Result("quota", subject, "ok", asked, f"{have:g} vCPUs >= {vcpus} needed"))
+        else:
+            out.append(
+                Result(
+                    "quota",
+                    subject,
+                    "fail",
+                    asked,
+                    f"{have:g} vCPUs < {vcpus} the pools need at full size",
+                    f"aws service-quotas request-service-quota-increase --service-code ec2 "
+                    f"--quota-code {code} --desired-value {vcpus} --region {clients.region}",
+                )
+            )
+    return out
+
+
+# -- launch templates, images, subnets --------------------------------------------------------
+def _launcher(stack: BurstStack, ec2: Any) -> Launcher:
+    """The resume program's launcher, for its lookups only (templates, subnets, the fleet
+    request): it never launches, tags or talks to Slurm here."""
+
+    def no_claims() -> Any:
+        raise RuntimeError("coreburst burst check opens no claims")
+
+    return Launcher(
+        stack,
+        ec2,
+        cast(Any, None),
+        lambda *a, **k: None,
+        nodes_of=node_set_of(stack),
+        claims=no_claims,
+        fail_nodes=lambda failed: None,
+        owner_tags=dict,
+    )
+
+
+@dataclass
+class Template:
+    cluster: str
+    template_id: str
+    data: dict[str, Any]
+
+
+def check_templates(
+    stack: BurstStack, sets: list[NodeSet], launcher: Launcher, clients: Clients
+) -> tuple[list[Result], dict[str, Template]]:
+    out: list[Result] = []
+    found: dict[str, Template] = {}
+    asked = "ec2:DescribeLaunchTemplates"
+    for ns in sets:
+        subject = f"{ns.cluster}"
+        try:
+            tid = ask(asked, launcher.launch_template, cluster=ns.cluster)
+        except _NoAnswer as exc:
+            out.append(Result("launch-template", subject, "unknown", asked, exc.detail, exc.fix))
+            continue
+        except LookupError:
+            out.append(
+                Result(
+                    "launch-template",
+                    subject,
+                    "fail",
+                    asked,
+                    f"no launch template {ns.cluster}-lt-* tagged {STACK_TAG_KEY}={stack.name}",
+                    f"pulumi up --stack {stack.name} declares it (infra/components/gpu_cluster.py)",
+                )
+            )
+            continue
+        except ClientError as exc:
+            out.append(
+                Result(
+                    "launch-template",
+                    subject,
+                    "unknown",
+                    asked,
+                    f"{_code(exc)}: {_message(exc)}",
+                    "",
+                )
+            )
+            continue
+        v_asked = "ec2:DescribeLaunchTemplateVersions"
+        try:
+            versions = ask(
+                v_asked,
+                clients("ec2").describe_launch_template_versions,
+                LaunchTemplateId=tid,
+                Versions=["$Latest"],
+            )["LaunchTemplateVersions"]
+        except _NoAnswer as exc:
+            out.append(Result("launch-template", subject, "unknown", v_asked, exc.detail, exc.fix))
+            continue
+        except ClientError as exc:
+            out.append(
+                Result(
+                    "launch-template",
+                    subject,
+                    "fail",
+                    v_asked,
+                    f"{tid} $Latest: {_code(exc)}: {_message(exc)}",
+                    f"pulumi up --stack {stack.name} restores it",
+                )
+            )
+            continue
+        data = versions[0].get("LaunchTemplateData", {}) if versions else {}
+        found[ns.cluster] = Template(ns.cluster, tid, data)
+        version = versions[0].get("VersionNumber", "?") if versions else "?"
+        out.append(
+            Result("launch-template", subject, "ok", asked, f"{tid} (version {version} is $Latest)")
+        )
+        out.append(check_image(stack, ns.cluster, tid, data.get("ImageId"), clients))
+    return out, found
+
+
+def check_image(
+    stack: BurstStack, cluster: str, tid: str, image: str | None, clients: Clients
+) -> Result:
+    asked = "ec2:DescribeImages"
+    subject = f"{cluster}: image of {tid}"
+    fix = (
+        f"set the pool's image in the stack (or restore the AMI) and pulumi up --stack "
+        f"{stack.name}: the template's $Latest version must name an available AMI"
+    )
+    if not image:
+        return Result("ami", subject, "fail", "ec2:DescribeLaunchTemplateVersions", "names no ImageId", fix)
+    try:
+        images = ask(asked, clients("ec2").describe_images, ImageIds=[image])["Images"]
+    except _NoAnswer as exc:
+        return Result("ami", subject, "unknown", asked, exc.detail, exc.fix)
+    except ClientError as exc:
+        if _code(exc).startswith("InvalidAMIID"):
+            return Result("ami", subject, "fail", asked, f"{image} does not exist ({_code(exc)})", fix)
+        return Result("ami", subject, "unknown", asked, f"{_code(exc)}: {_message(exc)}", "")
+    if not images:
+        return Result("ami", subject, "fail", asked, f"{image} does not exist (or was deregistered)", fix)
+    state = images[0].get("State", "available")
+    if state != "available":
+        return Result("ami", subject, "fail", asked, f"{image} is {state}", fix)
+    return Result("ami", subject, "ok", asked, f"{image} available")
+
+
+def check_subnets(
+    stack: BurstStack,
+    sets: list[NodeSet],
+    launcher: Launcher,
+    templates: dict[str, Template],
+    clients: Clients,
+) -> list[Result]:
+    """The subnet each zone of each pool launches into, as the resume program picks it."""
+    out: list[Result] = []
+    tagged: dict[str, str] | None = None
+    tag_fix = (
+        f"the stack's private subnet in each zone carries {STACK_TAG_KEY}={stack.name} and "
+        f"{PRIVATE_SUBNET_TAG}=private (infra/components/network.py); pulumi up --stack "
+        f"{stack.name} declares one per zone of the pools"
+    )
+    for ns in sets:
+        zones = list(ns.zones) or [stack.config.availability_zone]
+        if len(zones) > 1:
+            asked = "ec2:DescribeSubnets"
+            if tagged is None:
+                try:
+                    tagged = ask(asked, launcher.subnets)
+                except _NoAnswer as exc:
+                    out += [
+                        Result("subnet", f"{ns.cluster}: {z}", "unknown", asked, exc.detail, exc.fix)
+                        for z in zones
+                    ]
+                    tagged = None
+                    continue
+            for z in zones:
+                sn = (tagged or {}).get(z)
+                subject = f"{ns.cluster}: {z}"
+                if sn:
+                    out.append(Result("subnet", subject, "ok", asked, f"{sn} (tagged private)"))
+                else:
+                    out.append(
+                        Result(
+                            "subnet",
+                            subject,
+                            "fail",
+                            asked,
+                            f"no subnet in {z} tagged {STACK_TAG_KEY}={stack.name}, "
+                            f"{PRIVATE_SUBNET_TAG}=private",
+                            tag_fix,
+                        )
+                    )
+            continue
+        t = templates.get(ns.cluster)
+        if t is None:
+            continue  # the template's own line says why
+        out.append(_template_subnet(stack, ns, zones[0], t, clients))
+    return out
+
+
+def _template_subnet(
+    stack: BurstStack, ns: NodeSet, zone: str, t: Template, clients: Clients
+) -> Result:
+    subject = f"{ns.cluster}: {zone}"
+    nics = t.data.get("NetworkInterfaces") or []
+    sn = next((n.get("SubnetId") for n in nics if n.get("SubnetId")), None)
+    fix = f"pulumi up --stack {stack.name} puts the stack's subnet in {zone} into the template"
+    if sn is None:
+        return Result(
+            "subnet",
+            subject,
+            "fail",
+            "ec2:DescribeLaunchTemplateVersions",
+            f"launch template {t.template_id} names no subnet (EC2 would pick the default VPC)",
+            fix,
+        )
+    asked = "ec2:DescribeSubnets"
+    try:
+        found = ask(asked, clients("ec2").describe_subnets, SubnetIds=[sn])["Subnets"]
+    except _NoAnswer as exc:
+        return Result("subnet", subject, "unknown", asked, exc.detail, exc.fix)
+    except ClientError as exc:
+        if _code(exc).startswith("InvalidSubnetID"):
+            return Result("subnet", subject, "fail", asked, f"{sn} of {t.template_id} does not exist", fix)
+        return Result("subnet", subject, "unknown", asked, f"{_code(exc)}: {_message(exc)}", "")
+    if not found or found[0].get("AvailabilityZone") != zone:
+        where = found[0].get("AvailabilityZone") if found else "nowhere"
+        return Result("subnet", subject, "fail", asked, f"{sn} is in {where}, not {zone}", fix)
+    return Result("subnet", subject, "ok", asked, f"{sn} (the launch template's)")
+
+
+# -- what the controller may do -----------------------------------------------------------
+def check_dry_runs(
+    stack: BurstStack,
+    sets: list[NodeSet],
+    launcher: Launcher,
+    templates: dict[str, Template],
+    clients: Clients,
+) -> list[Result]:
+    """CreateFleet and RunInstances with DryRun, as the caller: DryRunOperation = allowed."""
+    out: list[Result] = []
+    fix = (
+        f"attach `coreburst burst iam-policy --stack {stack.name} --account <id>` to the "
+        "controller's credentials; `aws sts decode-authorization-message` reads the reason"
+    )
+    ec2 = clients("ec2")
+    for ns in sets:
+        t = templates.get(ns.cluster)
+        if t is None:
+            continue
+        zone = (list(ns.zones) or [stack.config.availability_zone])[0]
+        try:
+            fleet = launcher.fleet_request(ns, t.template_id, 1, False, choices=[(ns.instance_type, zone)])
+        except KeyError:
+            continue  # no tagged subnet for the zone: the subnet line says so
+        calls: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
+            ("ec2:CreateFleet", ec2.create_fleet, {**fleet, "DryRun": True}),
+            (
+                "ec2:RunInstances",
+                ec2.run_instances,
+                {
+                    "LaunchTemplate": {"LaunchTemplateId": t.template_id, "Version": "$Latest"},
+                    "InstanceType": ns.instance_type,
+                    "MinCount": 1,
+                    "MaxCount": 1,
+                    "TagSpecifications": fleet["TagSpecifications"],
+                    "DryRun": True,
+                },
+            ),
+        ]
+        for action, fn, req in calls:
+            subject = f"{ns.cluster}: {action.split(':')[1]} DryRun"
+            try:
+                fn(**req)
+                out.append(
+                    Result("dry-run", subject, "unknown", action, "EC2 answered without DryRunOperation", fix)
+                )
+            except ClientError as exc:
+                code = _code(exc)
+                if code == "DryRunOperation":
+                    out.append(Result("dry-run", subject, "ok", action, "allowed (DryRunOperation)"))
+                elif code in ("UnauthorizedOperation", "AccessDenied"):
+                    out.append(Result("dry-run", subject, "fail", action, f"refused ({code})", fix))
+                else:
+                    out.append(
+                        Result("dry-run", subject, "fail", action, f"{code}: {_message(exc)}", "")
+                    )
+            except BotoCoreError as exc:
+                out.append(
+                    Result("dry-run", subject, "unknown", action, f"no answer ({exc})", "check the network")
+                )
+    return out
+
+
+def simulated_actions(stack: BurstStack, caller: Caller) -> list[tuple[str, str, list[dict[str, Any]]]]:
+    """(action, resource ARN, context entries) for what resume, suspend and the reconciler
+    call that a dry run cannot show, with the condition keys the controller policy
+    (coreburst/burst/iam.py) reads, as the real request would carry them."""
+    region = stack.config.region
+    p = partition_of(region)
+    ec2 = f"arn:{p}:ec2:{region}:{caller.account}"
+
+    def ctx(key: str, values: list[str], kind: str = "string") -> dict[str, Any]:
+        return {"ContextKeyName": key, "ContextKeyValues": values, "ContextKeyType": kind}
+
+    stack_tag = ctx(f"aws:ResourceTag/{STACK_TAG_KEY}", [stack.name])
+    out: list[tuple[str, str, list[dict[str, Any]]]] = [
+        (a, "*", [])
+        for a in (
+            "ec2:DescribeInstances",
+            "ec2:DescribeSubnets",
+            "ec2:DescribeLaunchTemplates",
+            "ec2:DescribeLaunchTemplateVersions",
+        )
+    ]
+    out.append(
+        (
+            "ec2:CreateTags",
+            f"{ec2}:instance/i-00000000000000000",
+            [
+                stack_tag,
+                ctx(
+                    "aws:TagKeys",
+                    [stack.settings.node_tag_key, *OWNER_TAG_KEYS],
+                    "stringList",
+                ),
+            ],
+        )
+    )
+    out.append(("ec2:TerminateInstances", f"{ec2}:instance/i-00000000000000000", [stack_tag]))
+    for c in stack.config.clusters:
+        if c.nodes > 0:
+            out.append(
+                (
+                    "iam:PassRole",
+                    f"arn:{p}:iam::{caller.account}:role/{c.name}-node-role-0000000",
+                    [ctx("iam:PassedToService", ["ec2.amazonaws.com"])],
+                )
+            )
+    return out
+
+
+def check_simulation(stack: BurstStack, caller: Caller, principal: str, clients: Clients) -> list[Result]:
+    asked = "iam:SimulatePrincipalPolicy"
+    out: list[Result] = []
+    fix = (
+        f"attach `coreburst burst iam-policy --stack {stack.name} --account {caller.account}` "
+        f"to {principal}"
+    )
+    iam = clients("iam")
+    for action, resource, context in simulated_actions(stack, caller):
+        subject = f"{action} on {resource.rsplit(':', 1)[-1] if resource != '*' else '*'}"
+        try:
+            resp = ask(
+                asked,
+                iam.simulate_principal_policy,
+                PolicySourceArn=principal,
+                ActionNames=[action],
+                ResourceArns=[resource],
+                ContextEntries=context,
+            )
+        except _NoAnswer as exc:
+            # One line for all: the same permission is missing for every action.
+            return [Result("permission", f"{principal}", "unknown", asked, exc.detail, exc.fix)]
+        except ClientError as exc:
+            return [
+                Result(
+                    "permission",
+                    principal,
+                    "unknown",
+                    asked,
+                    f"{_code(exc)}: {_message(exc)}",
+                    "name the controller's role or user ARN with --principal",
+                )
+            ]
+        results = resp.get("EvaluationResults") or []
+        decision = results[0].get("EvalDecision", "unknown") if results else "unknown"
+        if decision == "allowed":
+            out.append(Result("permission", subject, "ok", asked, "allowed"))
+        elif decision in ("implicitDeny", "explicitDeny"):
+            out.append(Result("permission", subject, "fail", asked, f"{decision} for {principal}", fix))
+        else:
+            out.append(Result("permission", subject, "unknown", asked, f"decision {decision!r}", fix))
+    return out
+
+
+# -- spot events ------------------------------------------------------------------------------
+def _rule_details(pattern: str | None) -> set[str]:
+    try:
+        doc = json.loads(pattern or "{}")
+    except ValueError:
+        return set()
+    if not isinstance(doc, dict) or "aws.ec2" not in (doc.get("source") or []):
+        return set()
+    return {str(d) for d in doc.get("detail-type") or []}
+
+
+def check_spot_events(clients: Clients, queue_url: str | None = None) -> list[Result]:
+    """The EventBridge rules for the two spot events, enabled and delivering to an SQS
+    queue that exists (``queue_url``: the one the guardrails daemon reads, when known)."""
+    events = clients("events")
+    asked = "events:ListRules"
+    fix_rules = (
+        "set coreburst:guardrails.enabled: true in the stack and pulumi up (it declares both "
+        "rules and the queue guardrails-spot-events)"
+    )
+    try:
+        rules: list[dict[str, Any]] = []
+        token: dict[str, str] = {}
+        while True:
+            page = ask(asked, events.list_rules, **token)
+            rules += page.get("Rules", [])
+            if not page.get("NextToken"):
+                break
+            token = {"NextToken": page["NextToken"]}
+    except _NoAnswer as exc:
+        return [Result("spot-events", "EventBridge rules", "unknown", asked, exc.detail, exc.fix)]
+    except ClientError as exc:
+        return [Result("spot-events", "EventBridge rules", "unknown", asked, f"{_code(exc)}: {_message(exc)}", "")]
+    out: list[Result] = []
+    queue_arns: set[str] = set()
+    for kind, detail in SPOT_EVENTS.items():
+        subject = f"rule for {detail!r}"
+        matching = [r for r in rules if detail in _rule_details(r.get("EventPattern"))]
+        if not matching:
+            out.append(Result("spot-events", subject, "fail", asked, "no EventBridge rule matches it", fix_rules))
+            continue
+        enabled = [r for r in matching if r.get("State") == "ENABLED"]
+        if not enabled:
+            out.append(
+                Result(
+                    "spot-events",
+                    subject,
+                    "fail",
+                    asked,
+                    f"{matching[0]['Name']} is {matching[0].get('State')}",
+                    f"aws events enable-rule --name {matching[0]['Name']}",
+                )
+            )
+            continue
+        t_asked = "events:ListTargetsByRule"
+        targets: list[str] = []
+        try:
+            for r in enabled:
+                resp = ask(t_asked, events.list_targets_by_rule, Rule=r["Name"])
+                targets += [t["Arn"] for t in resp.get("Targets", []) if ":sqs:" in t["Arn"]]
+        except _NoAnswer as exc:
+            out.append(Result("spot-events", subject, "unknown", t_asked, exc.detail, exc.fix))
+            continue
+        if not targets:
+            out.append(
+                Result("spot-events", subject, "fail", t_asked, f"{enabled[0]['Name']} sends to no SQS queue", fix_rules)
+            )
+            continue
+        queue_arns.update(targets)
+        out.append(Result("spot-events", subject, "ok", t_asked, f"{enabled[0]['Name']} -> {targets[0].rsplit(':', 1)[-1]}"))
+    if queue_url is not None:
+        name = queue_url.rstrip("/").rsplit("/", 1)[-1]
+        if queue_arns and not any(a.rsplit(":", 1)[-1] == name for a in queue_arns):
+            out.append(
+                Result(
+                    "spot-events",
+                    f"queue {name}",
+                    "fail",
+                    t_asked if queue_arns else asked,
+                    f"the rules deliver to {', '.join(sorted(a.rsplit(':', 1)[-1] for a in queue_arns))}, "
+                    "not to spot_interruption.queue_url",
+                    "set spot_interruption.queue_url to `pulumi stack output guardrailsSpotQueueUrl`",
+                ),
+            )
+        out.append(_queue(clients, queue_url))
+    else:
+        for arn in sorted(queue_arns):
+            parts = arn.split(":")
+            try:
+                url = ask(
+                    "sqs:GetQueueUrl",
+                    clients("sqs").get_queue_url,
+                    QueueName=parts[5],
+                    QueueOwnerAWSAccountId=parts[4],
+                )["QueueUrl"]
+            except _NoAnswer as exc:
+                out.append(Result("spot-events", f"queue {parts[5]}", "unknown", "sqs:GetQueueUrl", exc.detail, exc.fix))
+                continue
+            except ClientError as exc:
+                out.append(
+                    Result(
+                        "spot-events",
+                        f"queue {parts[5]}",
+                        "fail",
+                        "sqs:GetQueueUrl",
+                        f"the rules' target does not exist ({_code(exc)})",
+                        fix_rules,
+                    )
+                )
+                continue
+            out.append(_queue(clients, url))
+    return out
+
+
+def _queue(clients: Clients, url: str) -> Result:
+    name = url.rstrip("/").rsplit("/", 1)[-1]
+    asked = "sqs:GetQueueAttributes"
+    try:
+        attrs = ask(
+            asked,
+            clients("sqs").get_queue_attributes,
+            QueueUrl=url,
+            AttributeNames=["QueueArn", "ApproximateNumberOfMessages"],
+        )["Attributes"]
+    except _NoAnswer as exc:
+        return Result("spot-events", f"queue {name}", "unknown", asked, exc.detail, exc.fix)
+    except ClientError as exc:
+        return Result(
+            "spot-events",
+            f"queue {name}",
+            "fail",
+            asked,
+            f"{_code(exc)}: {_message(exc)}",
+            "set spot_interruption.queue_url to `pulumi stack output guardrailsSpotQueueUrl`",
+        )
+    return Result(
+        "spot-events",
+        f"queue {name}",
+        "ok",
+        asked,
+        f"readable, {attrs.get('ApproximateNumberOfMessages', '?')} message(s) waiting",
+    )
+
+
+# -- Slurm ------------------------------------------------------------------------------------
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` (every release: its ``--json`` form is not in 22.05) as
+    key -> value.
+
+    >>> parse_show_config("Configuration data as of x\\nResumeTimeout           = 1800 sec\\n")
+    {'ResumeTimeout': '1800 sec'}
+    """
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\S+)\s*=\s?(.*)$", line)
+        if m:
+            out.setdefault(m.group(1), m.group(2).strip())
+    return out
+
+
+def _seconds(value: str) -> int | None:
+    m = re.match(r"^(\d+)", value)
+    return int(m.group(1)) if m else None
+
+
+def _user(value: str) -> tuple[str, int | None]:
+    """``slurm(64030)`` -> ("slurm", 64030)."""
+    m = re.fullmatch(r"(\S+?)\((\d+)\)", value.strip())
+    if m:
+        return m.group(1), int(m.group(2))
+    try:
+        return value, pwd.getpwnam(value).pw_uid
+    except KeyError:
+        return value, None
+
+
+def executable_by(path: Path, uid: int, gids: set[int]) -> str | None:
+    """Why ``uid`` (in ``gids``) cannot run ``path``, or None when it can: the file
+    executable for it and every directory above it searchable."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return f"{path} does not exist"
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{path} is not a file"
+
+    def allowed(s: os.stat_result, owner: int, group: int, other: int) -> bool:
+        if uid == 0:
+            return bool(s.st_mode & (stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH))
+        if s.st_uid == uid:
+            return bool(s.st_mode & owner)
+        if s.st_gid in gids:
+            return bool(s.st_mode & group)
+        return bool(s.st_mode & other)
+
+    if not allowed(st, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+        return f"{path} is mode {stat.filemode(st.st_mode)} owned by {st.st_uid}:{st.st_gid}"
+    for d in path.parents:
+        ds = d.stat()
+        if not allowed(ds, stat.S_IXUSR, stat.S_IXGRP, stat.S_IXOTH):
+            return f"directory {d} is mode {stat.filemode(ds.st_mode)}, not searchable"
+    return None
+
+
+def _gids(name: str, uid: int) -> set[int]:
+    try:
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return set()
+    return set(os.getgrouplist(pw.pw_name, pw.pw_gid)) | {
+        g.gr_gid for g in grp.getgrall() if name in g.gr_mem
+    }
+
+
+def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[str] | None) -> list[Result]:
+    """The Slurm side from ``scontrol show config`` output and ``reservations`` (names, None
+    when they could not be read); the programs are looked at on this host's filesystem."""
+    conf = parse_show_config(config_text)
+    s = stack.settings
+    out: list[Result] = []
+    asked = "scontrol show config"
+    where = conf.get("SLURM_CONF", "slurm.conf")
+    wanted = {
+        "ResumeProgram": s.resume_program,
+        "SuspendProgram": s.suspend_program,
+        "ResumeFailProgram": s.resume_fail_program,
+    }
+    wrong = {k: conf.get(k, "(null)") for k, v in wanted.items() if conf.get(k) != v}
+    if wrong:
+        out.append(
+            Result(
+                "slurm-fragment",
+                where,
+                "fail",
+                asked,
+                "; ".join(f"{k} is {v}, not {wanted[k]}" for k, v in wrong.items()),
+                f"add `Include <dir>/burst.conf` (coreburst burst slurm-conf --stack {stack.name} "
+                "--out <dir>; coreburst burst install does both) at the end of slurm.conf, then "
+                "`scontrol reconfigure`",
+            )
+        )
+    else:
+        out.append(Result("slurm-fragment", where, "ok", asked, "the stack's programs are slurmctld's"))
+    user, uid = _user(conf.get("SlurmUser", "root(0)"))
+    for key, program in wanted.items():
+        subject = f"{key} {program}"
+        if uid is None:
+            out.append(
+                Result("slurm-program", subject, "unknown", f"{asked} SlurmUser", f"SlurmUser {user} is not a user here", "run the check on the controller")
+            )
+            continue
+        why = executable_by(Path(program), uid, _gids(user, uid))
+        if why is None:
+            out.append(Result("slurm-program", subject, "ok", "stat", f"executable by SlurmUser {user}"))
+        else:
+            out.append(
+                Result(
+                    "slurm-program",
+                    subject,
+                    "fail",
+                    "stat",
+                    f"SlurmUser {user} cannot run it: {why}",
+                    f"coreburst burst install --stack {stack.name} writes the programs mode 0755",
+                )
+            )
+    live = _seconds(conf.get("ResumeTimeout", ""))
+    subject = "ResumeTimeout"
+    if live is None:
+        out.append(Result("slurm-timeout", subject, "unknown", asked, "not in the output", ""))
+    elif live >= s.resume_timeout:
+        out.append(
+            Result("slurm-timeout", subject, "ok", asked, f"{live} s >= the pools' boot allowance {s.resume_timeout} s")
+        )
+    else:
+        out.append(
+            Result(
+                "slurm-timeout",
+                subject,
+                "fail",
+                asked,
+                f"{live} s < the pools' boot allowance {s.resume_timeout} s (coreburst:burst.resumeTimeout): "
+                "slurmctld would set booting nodes DOWN",
+                "remove the later ResumeTimeout line from slurm.conf (the fragment sets it), or lower "
+                "coreburst:burst.resumeTimeout and re-render",
+            )
+        )
+    holds = _hold_names(stack)
+    if holds:
+        r_asked = "scontrol -o show reservation"
+        for name in holds:
+            if reservations is None:
+                out.append(Result("slurm-reservation", name, "unknown", r_asked, "reservations not readable", ""))
+            elif name in reservations:
+                out.append(Result("slurm-reservation", name, "ok", r_asked, "exists"))
+            else:
+                out.append(
+                    Result(
+                        "slurm-reservation",
+                        name,
+                        "fail",
+                        r_asked,
+                        "missing: the Capacity Block's nodes may be powered up outside the block",
+                        "run reservations.sh from `coreburst burst slurm-conf --out` on the controller",
+                    )
+                )
+    if s.spend_gate is not None:
+        g_asked = f"read {s.spend_gate.guardrails_config}"
+        try:
+            lim = gate_limits(s.spend_gate)
+            out.append(
+                Result("spend-gate", "guardrails scope", "ok", g_asked, f"scope {lim.scope!r}, snapshots in {lim.state_path}")
+            )
+        except StackConfigError as exc:
+            out.append(Result("spend-gate", "guardrails scope", "fail", g_asked, str(exc), "fix the guardrails config it names"))
+    return out
+
+
+def _hold_names(stack: BurstStack) -> list[str]:
+    names = []
+    for cmd in reservation_commands(stack, datetime.now(UTC)):
+        m = re.search(r"ReservationName=(\S+)", cmd)
+        if m and m.group(1) not in names:
+            names.append(m.group(1))
+    return names
+
+
+def slurm_checks(stack: BurstStack, scontrol: Any) -> list[Result]:
+    """:func:`check_slurm_config` over a live controller (``scontrol``: guardrails'
+    Scontrol); a controller that does not answer is one ? line."""
+    from guardrails.adapters.slurm import SlurmError
+
+    try:
+        text = scontrol.run("show", "config")
+    except SlurmError as exc:
+        return [
+            Result(
+                "slurm",
+                "slurmctld",
+                "unknown",
+                "scontrol show config",
+                str(exc),
+                "run the check on the controller (or --skip slurm where there is none)",
+            )
+        ]
+    try:
+        resv: list[str] | None = scontrol.reservations()
+    except SlurmError:
+        resv = None
+    return check_slurm_config(stack, text, resv)
+
+
+# -- the whole check -------------------------------------------------------------------------
+SECTIONS = ("aws", "slurm")
+
+
+def run_checks(
+    stack: BurstStack,
+    clients: Clients,
+    *,
+    scontrol: Any = None,
+    principal: str | None = None,
+    skip: Iterable[str] = (),
+    catalog: Catalog | None = None,
+) -> list[Result]:
+    """Every check of the stack, in the order a reader fixes them."""
+    catalog = catalog or load_catalog()
+    skip = set(skip)
+    sets = node_sets(stack, catalog)
+    out: list[Result] = []
+    if "aws" not in skip:
+        who, caller = check_identity(clients)
+        out.append(who)
+        if caller is not None:
+            out += check_offerings(stack, sets, clients)
+            out += check_quotas(sets, clients, catalog)
+            launcher = _launcher(stack, clients("ec2"))
+            results, templates = check_templates(stack, sets, launcher, clients)
+            out += results
+            out += check_subnets(stack, sets, launcher, templates, clients)
+            if principal is None:  # a dry run asks as the caller: only then is it the controller
+                out += check_dry_runs(stack, sets, launcher, templates, clients)
+            out += check_simulation(stack, caller, principal or caller.principal, clients)
+            if any(ns.market == "spot" for ns in sets):
+                out += check_spot_events(clients)
+    if "slurm" not in skip and scontrol is not None:
+        out += slurm_checks(stack, scontrol)
+    return out
+
+
+def exit_code(results: list[Result], strict: bool) -> int:
+    """0 when nothing failed (and, with ``strict``, nothing is unknown), else 1."""
+    bad = {"fail", "unknown"} if strict else {"fail"}
+    return 1 if any(r.status in bad for r in results) else 0
+
+
+def render_text(results: list[Result]) -> str:
+    counts = {k: sum(r.status == k for r in results) for k in MARK}
+    lines = [r.line() for r in results]
+    lines.append(
+        f"{counts['ok']} ✔, {counts['fail']} ✘, {counts['unknown']} ? of {len(results)} checks"
+    )
+    return "\n".join(lines) + "\n"
+
+
+def render_json(results: list[Result], *, stack: str | None = None, strict: bool = False) -> str:
+    doc: dict[str, Any] = {
+        **({"stack": stack} if stack else {}),
+        "ok": exit_code(results, strict) == 0,
+        "checks": [{**asdict(r), "mark": MARK[r.status]} for r in results],
+    }
+    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
