@@ -44,19 +44,16 @@ What is asked, per stack (``Pulumi.<stack>.yaml``, as the resume program reads i
 from __future__ import annotations
 
 import grp
-import json
 import os
 import pwd
 import re
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from coreburst.burst.config import BurstStack, gate_limits
@@ -65,24 +62,21 @@ from coreburst.burst.launch import Launcher
 from coreburst.burst.slurmconf import NodeSet, node_set_of, node_sets, reservation_commands
 from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.names import OWNER_TAG_KEYS, PRIVATE_SUBNET_TAG, STACK_TAG_KEY
+from coreburst.common.preflight import (
+    Caller,
+    Clients,
+    NoAnswerError,
+    Result,
+    ask,
+    check_identity,
+    check_spot_events,
+    code_of,
+    message_of,
+)
 from infra.config import StackConfigError
 
-Status = Literal["ok", "fail", "unknown"]
 # An IAM role or user ARN (with an optional path), as --principal takes it.
 IAM_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+")
-MARK: dict[Status, str] = {"ok": "✔", "fail": "✘", "unknown": "?"}
-
-# Every call has a deadline: a check that cannot get an answer in time says so (?).
-CONNECT_TIMEOUT_S = 5
-READ_TIMEOUT_S = 20
-MAX_ATTEMPTS = 3
-
-# Error codes that mean "these credentials may not ask": EC2 answers UnauthorizedOperation
-# (EC2 API reference, "Common client error codes"), most JSON services AccessDeniedException,
-# query services (IAM, STS, SQS) AccessDenied.
-DENIED = frozenset(
-    {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthFailure"}
-)
 
 # Service Quotas codes of the EC2 vCPU quotas a pool launches against, by (instance family
 # letter group, market). Named as ListServiceQuotas --service-code ec2 names them; the EC2 User
@@ -106,150 +100,6 @@ QUOTA_CODES: dict[tuple[str, str], tuple[str, str]] = {
     ("G", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
 }
 _QUOTA_MARKET = {"on-demand": "on-demand", "capacity-reservation": "on-demand", "spot": "spot"}
-
-# The two EC2 events the spot-interruption rule reads (infra/components/guardrails.py,
-# SPOT_EVENTS; Amazon EC2 User Guide, "Spot Instance interruption notices" and "EC2 instance
-# rebalance recommendations"). Repeated here so the check needs no Pulumi.
-SPOT_EVENTS = {
-    "interruption": "EC2 Spot Instance Interruption Warning",
-    "rebalance": "EC2 Instance Rebalance Recommendation",
-}
-
-
-@dataclass(frozen=True)
-class Result:
-    """One check's answer: which check, about what, what was asked (the API call or file),
-    what was found, and the fix when it is not ✔."""
-
-    check: str
-    subject: str
-    status: Status
-    asked: str
-    detail: str
-    fix: str = ""
-
-    def line(self) -> str:
-        text = f"{MARK[self.status]} {self.check:<15} {self.subject}: {self.detail} ({self.asked})"
-        if self.status != "ok" and self.fix:
-            text += f"; fix: {self.fix}"
-        return text
-
-
-class _NoAnswer(Exception):
-    """A call that got no usable answer: ``detail`` says why, ``fix`` how to get one."""
-
-    def __init__(self, detail: str, fix: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
-        self.fix = fix
-
-
-def ask(permission: str, fn: Callable[..., Any], /, **kwargs: Any) -> Any:
-    """``fn(**kwargs)``; an access-denied answer or no answer at all raises _NoAnswer (the
-    check is ?). Other client errors (not found, invalid) are the caller's to read."""
-    try:
-        return fn(**kwargs)
-    except ClientError as exc:
-        code = str(exc.response.get("Error", {}).get("Code", ""))
-        if code in DENIED:
-            raise _NoAnswer(
-                f"these credentials may not ask ({code})",
-                f"grant {permission} to the credentials that run the check",
-            ) from None
-        raise
-    except BotoCoreError as exc:
-        raise _NoAnswer(
-            f"no answer ({type(exc).__name__}: {exc})",
-            "check the AWS credentials, region and network (AWS_* environment)",
-        ) from None
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", "ClientError"))
-
-
-def _message(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Message", "")).split("\n")[0][:200]
-
-
-class Clients:
-    """boto3 clients for one region with the check's deadlines, made on first use. The
-    endpoint is boto3's own (``AWS_ENDPOINT_URL`` and friends), so a test points it at a
-    local emulator the way a user points it at a VPC endpoint."""
-
-    def __init__(self, region: str, session: boto3.session.Session | None = None) -> None:
-        self.region = region
-        self.session = session or boto3.session.Session()
-        self.config = Config(
-            connect_timeout=CONNECT_TIMEOUT_S,
-            read_timeout=READ_TIMEOUT_S,
-            retries={"mode": "standard", "max_attempts": MAX_ATTEMPTS},
-        )
-        self._made: dict[str, Any] = {}
-
-    def __call__(self, service: str) -> Any:
-        if service not in self._made:
-            self._made[service] = self.session.client(
-                service,  # type: ignore[call-overload]
-                region_name=self.region,
-                config=self.config,
-            )
-        return self._made[service]
-
-
-# -- identity -----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Caller:
-    account: str
-    arn: str  # as STS says (an assumed role's session ARN)
-    principal: str  # what IAM simulates: the role or user ARN
-
-
-def principal_of(arn: str) -> str:
-    """The IAM principal an STS caller ARN stands for: an assumed role's session
-    (``arn:aws:sts::<acct>:assumed-role/<role>/<session>``) is its role. The role's path is not
-    in that ARN; a role with a path is named with ``--principal``.
-
-    >>> principal_of("arn:aws:sts::123456789012:assumed-role/burst-controller/i-0abc")
-    'arn:aws:iam::123456789012:role/burst-controller'
-    >>> principal_of("arn:aws:iam::123456789012:user/slurm")
-    'arn:aws:iam::123456789012:user/slurm'
-    """
-    m = re.fullmatch(r"arn:([\w-]+):sts::(\d{12}):assumed-role/([^/]+)/.*", arn)
-    if m:
-        return f"arn:{m.group(1)}:iam::{m.group(2)}:role/{m.group(3)}"
-    return arn
-
-
-def check_identity(clients: Clients) -> tuple[Result, Caller | None]:
-    asked = "sts:GetCallerIdentity"
-    try:
-        who = ask(asked, clients("sts").get_caller_identity)
-    except _NoAnswer as exc:
-        return Result("identity", "credentials", "unknown", asked, exc.detail, exc.fix), None
-    except ClientError as exc:
-        return (
-            Result(
-                "identity",
-                "credentials",
-                "fail",
-                asked,
-                f"refused ({_code(exc)}: {_message(exc)})",
-                "give credentials of the account the stack is deployed to",
-            ),
-            None,
-        )
-    caller = Caller(str(who["Account"]), str(who["Arn"]), principal_of(str(who["Arn"])))
-    return (
-        Result(
-            "identity",
-            "credentials",
-            "ok",
-            asked,
-            f"{caller.arn} in account {caller.account}, region {clients.region}",
-        ),
-        caller,
-    )
 
 
 # -- offerings ------------------------------------------------------------------------------------
@@ -285,7 +135,7 @@ def check_offerings(stack: BurstStack, sets: list[NodeSet], clients: Clients) ->
             for page in ask(asked, lambda: list(pages))
             for o in page.get("InstanceTypeOfferings", [])
         }
-    except _NoAnswer as exc:
+    except NoAnswerError as exc:
         return [
             Result("offering", f"{ns.cluster}: {t} in {z}", "unknown", asked, exc.detail, exc.fix)
             for ns, t, z in choices
@@ -297,7 +147,7 @@ def check_offerings(stack: BurstStack, sets: list[NodeSet], clients: Clients) ->
                 f"{ns.cluster}: {t} in {z}",
                 "unknown",
                 asked,
-                f"{_code(exc)}: {_message(exc)}",
+                f"{code_of(exc)}: {message_of(exc)}",
                 f"check that {z} is a zone of {clients.region}",
             )
             for ns, t, z in choices
@@ -352,7 +202,9 @@ def quota_group(family: str) -> str | None:
     return None
 
 
-def quota_needs(sets: list[NodeSet], catalog: Catalog) -> dict[tuple[str, str], tuple[int, list[str]]]:
+def quota_needs(
+    sets: list[NodeSet], catalog: Catalog
+) -> dict[tuple[str, str], tuple[int, list[str]]]:
     """(group, market) -> (vCPUs of every node of those pools running at once, the pools).
     A pool whose types differ in vCPUs counts its largest."""
     need: dict[tuple[str, str], tuple[int, list[str]]] = {}
@@ -383,7 +235,7 @@ def check_quotas(sets: list[NodeSet], clients: Clients, catalog: Catalog) -> lis
                 ServiceCode="ec2",
                 QuotaCode=code,
             )
-        except _NoAnswer as exc:
+        except NoAnswerError as exc:
             out.append(Result("quota", subject, "unknown", asked, exc.detail, exc.fix))
             continue
         except ClientError as exc:
@@ -393,7 +245,7 @@ def check_quotas(sets: list[NodeSet], clients: Clients, catalog: Catalog) -> lis
                     subject,
                     "unknown",
                     asked,
-                    f"{_code(exc)}: {_message(exc)}",
+                    f"{code_of(exc)}: {message_of(exc)}",
                     f"look the quota up in the Service Quotas console (ec2, {code})",
                 )
             )
@@ -453,7 +305,7 @@ def check_templates(
         subject = f"{ns.cluster}"
         try:
             tid = ask(asked, launcher.launch_template, cluster=ns.cluster)
-        except _NoAnswer as exc:
+        except NoAnswerError as exc:
             out.append(Result("launch-template", subject, "unknown", asked, exc.detail, exc.fix))
             continue
         except LookupError:
@@ -475,7 +327,7 @@ def check_templates(
                     subject,
                     "unknown",
                     asked,
-                    f"{_code(exc)}: {_message(exc)}",
+                    f"{code_of(exc)}: {message_of(exc)}",
                     "",
                 )
             )
@@ -488,7 +340,7 @@ def check_templates(
                 LaunchTemplateId=tid,
                 Versions=["$Latest"],
             )["LaunchTemplateVersions"]
-        except _NoAnswer as exc:
+        except NoAnswerError as exc:
             out.append(Result("launch-template", subject, "unknown", v_asked, exc.detail, exc.fix))
             continue
         except ClientError as exc:
@@ -498,7 +350,7 @@ def check_templates(
                     subject,
                     "fail",
                     v_asked,
-                    f"{tid} $Latest: {_code(exc)}: {_message(exc)}",
+                    f"{tid} $Latest: {code_of(exc)}: {message_of(exc)}",
                     f"pulumi up --stack {stack.name} restores it",
                 )
             )
@@ -523,17 +375,23 @@ def check_image(
         f"{stack.name}: the template's $Latest version must name an available AMI"
     )
     if not image:
-        return Result("ami", subject, "fail", "ec2:DescribeLaunchTemplateVersions", "names no ImageId", fix)
+        return Result(
+            "ami", subject, "fail", "ec2:DescribeLaunchTemplateVersions", "names no ImageId", fix
+        )
     try:
         images = ask(asked, clients("ec2").describe_images, ImageIds=[image])["Images"]
-    except _NoAnswer as exc:
+    except NoAnswerError as exc:
         return Result("ami", subject, "unknown", asked, exc.detail, exc.fix)
     except ClientError as exc:
-        if _code(exc).startswith("InvalidAMIID"):
-            return Result("ami", subject, "fail", asked, f"{image} does not exist ({_code(exc)})", fix)
-        return Result("ami", subject, "unknown", asked, f"{_code(exc)}: {_message(exc)}", "")
+        if code_of(exc).startswith("InvalidAMIID"):
+            return Result(
+                "ami", subject, "fail", asked, f"{image} does not exist ({code_of(exc)})", fix
+            )
+        return Result("ami", subject, "unknown", asked, f"{code_of(exc)}: {message_of(exc)}", "")
     if not images:
-        return Result("ami", subject, "fail", asked, f"{image} does not exist (or was deregistered)", fix)
+        return Result(
+            "ami", subject, "fail", asked, f"{image} does not exist (or was deregistered)", fix
+        )
     state = images[0].get("State", "available")
     if state != "available":
         return Result("ami", subject, "fail", asked, f"{image} is {state}", fix)
@@ -562,9 +420,11 @@ def check_subnets(
             if tagged is None:
                 try:
                     tagged = ask(asked, launcher.subnets)
-                except _NoAnswer as exc:
+                except NoAnswerError as exc:
                     out += [
-                        Result("subnet", f"{ns.cluster}: {z}", "unknown", asked, exc.detail, exc.fix)
+                        Result(
+                            "subnet", f"{ns.cluster}: {z}", "unknown", asked, exc.detail, exc.fix
+                        )
                         for z in zones
                     ]
                     tagged = None
@@ -613,12 +473,14 @@ def _template_subnet(
     asked = "ec2:DescribeSubnets"
     try:
         found = ask(asked, clients("ec2").describe_subnets, SubnetIds=[sn])["Subnets"]
-    except _NoAnswer as exc:
+    except NoAnswerError as exc:
         return Result("subnet", subject, "unknown", asked, exc.detail, exc.fix)
     except ClientError as exc:
-        if _code(exc).startswith("InvalidSubnetID"):
-            return Result("subnet", subject, "fail", asked, f"{sn} of {t.template_id} does not exist", fix)
-        return Result("subnet", subject, "unknown", asked, f"{_code(exc)}: {_message(exc)}", "")
+        if code_of(exc).startswith("InvalidSubnetID"):
+            return Result(
+                "subnet", subject, "fail", asked, f"{sn} of {t.template_id} does not exist", fix
+            )
+        return Result("subnet", subject, "unknown", asked, f"{code_of(exc)}: {message_of(exc)}", "")
     if not found or found[0].get("AvailabilityZone") != zone:
         where = found[0].get("AvailabilityZone") if found else "nowhere"
         return Result("subnet", subject, "fail", asked, f"{sn} is in {where}, not {zone}", fix)
@@ -646,7 +508,9 @@ def check_dry_runs(
             continue
         zone = (list(ns.zones) or [stack.config.availability_zone])[0]
         try:
-            fleet = launcher.fleet_request(ns, t.template_id, 1, False, choices=[(ns.instance_type, zone)])
+            fleet = launcher.fleet_request(
+                ns, t.template_id, 1, False, choices=[(ns.instance_type, zone)]
+            )
         except KeyError:
             continue  # no tagged subnet for the zone: the subnet line says so
         calls: list[tuple[str, Callable[..., Any], dict[str, Any]]] = [
@@ -669,26 +533,44 @@ def check_dry_runs(
             try:
                 fn(**req)
                 out.append(
-                    Result("dry-run", subject, "unknown", action, "EC2 answered without DryRunOperation", fix)
+                    Result(
+                        "dry-run",
+                        subject,
+                        "unknown",
+                        action,
+                        "EC2 answered without DryRunOperation",
+                        fix,
+                    )
                 )
             except ClientError as exc:
-                code = _code(exc)
+                code = code_of(exc)
                 if code == "DryRunOperation":
-                    out.append(Result("dry-run", subject, "ok", action, "allowed (DryRunOperation)"))
+                    out.append(
+                        Result("dry-run", subject, "ok", action, "allowed (DryRunOperation)")
+                    )
                 elif code in ("UnauthorizedOperation", "AccessDenied"):
                     out.append(Result("dry-run", subject, "fail", action, f"refused ({code})", fix))
                 else:
                     out.append(
-                        Result("dry-run", subject, "fail", action, f"{code}: {_message(exc)}", "")
+                        Result("dry-run", subject, "fail", action, f"{code}: {message_of(exc)}", "")
                     )
             except BotoCoreError as exc:
                 out.append(
-                    Result("dry-run", subject, "unknown", action, f"no answer ({exc})", "check the network")
+                    Result(
+                        "dry-run",
+                        subject,
+                        "unknown",
+                        action,
+                        f"no answer ({exc})",
+                        "check the network",
+                    )
                 )
     return out
 
 
-def simulated_actions(stack: BurstStack, caller: Caller) -> list[tuple[str, str, list[dict[str, Any]]]]:
+def simulated_actions(
+    stack: BurstStack, caller: Caller
+) -> list[tuple[str, str, list[dict[str, Any]]]]:
     """(action, resource ARN, context entries) for what resume, suspend and the reconciler
     call that a dry run cannot show, with the condition keys the controller policy
     (coreburst/burst/iam.py) reads, as the real request would carry them."""
@@ -736,7 +618,9 @@ def simulated_actions(stack: BurstStack, caller: Caller) -> list[tuple[str, str,
     return out
 
 
-def check_simulation(stack: BurstStack, caller: Caller, principal: str, clients: Clients) -> list[Result]:
+def check_simulation(
+    stack: BurstStack, caller: Caller, principal: str, clients: Clients
+) -> list[Result]:
     asked = "iam:SimulatePrincipalPolicy"
     out: list[Result] = []
     fix = (
@@ -755,7 +639,7 @@ def check_simulation(stack: BurstStack, caller: Caller, principal: str, clients:
                 ResourceArns=[resource],
                 ContextEntries=context,
             )
-        except _NoAnswer as exc:
+        except NoAnswerError as exc:
             # One line for all: the same permission is missing for every action.
             return [Result("permission", f"{principal}", "unknown", asked, exc.detail, exc.fix)]
         except ClientError as exc:
@@ -765,7 +649,7 @@ def check_simulation(stack: BurstStack, caller: Caller, principal: str, clients:
                     principal,
                     "unknown",
                     asked,
-                    f"{_code(exc)}: {_message(exc)}",
+                    f"{code_of(exc)}: {message_of(exc)}",
                     "name the controller's role or user ARN with --principal",
                 )
             ]
@@ -774,154 +658,14 @@ def check_simulation(stack: BurstStack, caller: Caller, principal: str, clients:
         if decision == "allowed":
             out.append(Result("permission", subject, "ok", asked, "allowed"))
         elif decision in ("implicitDeny", "explicitDeny"):
-            out.append(Result("permission", subject, "fail", asked, f"{decision} for {principal}", fix))
+            out.append(
+                Result("permission", subject, "fail", asked, f"{decision} for {principal}", fix)
+            )
         else:
-            out.append(Result("permission", subject, "unknown", asked, f"decision {decision!r}", fix))
+            out.append(
+                Result("permission", subject, "unknown", asked, f"decision {decision!r}", fix)
+            )
     return out
-
-
-# -- spot events ------------------------------------------------------------------------------
-def _rule_details(pattern: str | None) -> set[str]:
-    try:
-        doc = json.loads(pattern or "{}")
-    except ValueError:
-        return set()
-    if not isinstance(doc, dict) or "aws.ec2" not in (doc.get("source") or []):
-        return set()
-    return {str(d) for d in doc.get("detail-type") or []}
-
-
-def check_spot_events(clients: Clients, queue_url: str | None = None) -> list[Result]:
-    """The EventBridge rules for the two spot events, enabled and delivering to an SQS
-    queue that exists (``queue_url``: the one the guardrails daemon reads, when known)."""
-    events = clients("events")
-    asked = "events:ListRules"
-    fix_rules = (
-        "set coreburst:guardrails.enabled: true in the stack and pulumi up (it declares both "
-        "rules and the queue guardrails-spot-events)"
-    )
-    try:
-        rules: list[dict[str, Any]] = []
-        token: dict[str, str] = {}
-        while True:
-            page = ask(asked, events.list_rules, **token)
-            rules += page.get("Rules", [])
-            if not page.get("NextToken"):
-                break
-            token = {"NextToken": page["NextToken"]}
-    except _NoAnswer as exc:
-        return [Result("spot-events", "EventBridge rules", "unknown", asked, exc.detail, exc.fix)]
-    except ClientError as exc:
-        return [Result("spot-events", "EventBridge rules", "unknown", asked, f"{_code(exc)}: {_message(exc)}", "")]
-    out: list[Result] = []
-    queue_arns: set[str] = set()
-    for kind, detail in SPOT_EVENTS.items():
-        subject = f"rule for {detail!r}"
-        matching = [r for r in rules if detail in _rule_details(r.get("EventPattern"))]
-        if not matching:
-            out.append(Result("spot-events", subject, "fail", asked, "no EventBridge rule matches it", fix_rules))
-            continue
-        enabled = [r for r in matching if r.get("State") == "ENABLED"]
-        if not enabled:
-            out.append(
-                Result(
-                    "spot-events",
-                    subject,
-                    "fail",
-                    asked,
-                    f"{matching[0]['Name']} is {matching[0].get('State')}",
-                    f"aws events enable-rule --name {matching[0]['Name']}",
-                )
-            )
-            continue
-        t_asked = "events:ListTargetsByRule"
-        targets: list[str] = []
-        try:
-            for r in enabled:
-                resp = ask(t_asked, events.list_targets_by_rule, Rule=r["Name"])
-                targets += [t["Arn"] for t in resp.get("Targets", []) if ":sqs:" in t["Arn"]]
-        except _NoAnswer as exc:
-            out.append(Result("spot-events", subject, "unknown", t_asked, exc.detail, exc.fix))
-            continue
-        if not targets:
-            out.append(
-                Result("spot-events", subject, "fail", t_asked, f"{enabled[0]['Name']} sends to no SQS queue", fix_rules)
-            )
-            continue
-        queue_arns.update(targets)
-        out.append(Result("spot-events", subject, "ok", t_asked, f"{enabled[0]['Name']} -> {targets[0].rsplit(':', 1)[-1]}"))
-    if queue_url is not None:
-        name = queue_url.rstrip("/").rsplit("/", 1)[-1]
-        if queue_arns and not any(a.rsplit(":", 1)[-1] == name for a in queue_arns):
-            out.append(
-                Result(
-                    "spot-events",
-                    f"queue {name}",
-                    "fail",
-                    t_asked if queue_arns else asked,
-                    f"the rules deliver to {', '.join(sorted(a.rsplit(':', 1)[-1] for a in queue_arns))}, "
-                    "not to spot_interruption.queue_url",
-                    "set spot_interruption.queue_url to `pulumi stack output guardrailsSpotQueueUrl`",
-                ),
-            )
-        out.append(_queue(clients, queue_url))
-    else:
-        for arn in sorted(queue_arns):
-            parts = arn.split(":")
-            try:
-                url = ask(
-                    "sqs:GetQueueUrl",
-                    clients("sqs").get_queue_url,
-                    QueueName=parts[5],
-                    QueueOwnerAWSAccountId=parts[4],
-                )["QueueUrl"]
-            except _NoAnswer as exc:
-                out.append(Result("spot-events", f"queue {parts[5]}", "unknown", "sqs:GetQueueUrl", exc.detail, exc.fix))
-                continue
-            except ClientError as exc:
-                out.append(
-                    Result(
-                        "spot-events",
-                        f"queue {parts[5]}",
-                        "fail",
-                        "sqs:GetQueueUrl",
-                        f"the rules' target does not exist ({_code(exc)})",
-                        fix_rules,
-                    )
-                )
-                continue
-            out.append(_queue(clients, url))
-    return out
-
-
-def _queue(clients: Clients, url: str) -> Result:
-    name = url.rstrip("/").rsplit("/", 1)[-1]
-    asked = "sqs:GetQueueAttributes"
-    try:
-        attrs = ask(
-            asked,
-            clients("sqs").get_queue_attributes,
-            QueueUrl=url,
-            AttributeNames=["QueueArn", "ApproximateNumberOfMessages"],
-        )["Attributes"]
-    except _NoAnswer as exc:
-        return Result("spot-events", f"queue {name}", "unknown", asked, exc.detail, exc.fix)
-    except ClientError as exc:
-        return Result(
-            "spot-events",
-            f"queue {name}",
-            "fail",
-            asked,
-            f"{_code(exc)}: {_message(exc)}",
-            "set spot_interruption.queue_url to `pulumi stack output guardrailsSpotQueueUrl`",
-        )
-    return Result(
-        "spot-events",
-        f"queue {name}",
-        "ok",
-        asked,
-        f"readable, {attrs.get('ApproximateNumberOfMessages', '?')} message(s) waiting",
-    )
 
 
 # -- Slurm ------------------------------------------------------------------------------------
@@ -996,7 +740,9 @@ def _gids(name: str, uid: int) -> set[int]:
     }
 
 
-def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[str] | None) -> list[Result]:
+def check_slurm_config(
+    stack: BurstStack, config_text: str, reservations: list[str] | None
+) -> list[Result]:
     """The Slurm side from ``scontrol show config`` output and ``reservations`` (names, None
     when they could not be read); the programs are looked at on this host's filesystem."""
     conf = parse_show_config(config_text)
@@ -1024,18 +770,29 @@ def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[s
             )
         )
     else:
-        out.append(Result("slurm-fragment", where, "ok", asked, "the stack's programs are slurmctld's"))
+        out.append(
+            Result("slurm-fragment", where, "ok", asked, "the stack's programs are slurmctld's")
+        )
     user, uid = _user(conf.get("SlurmUser", "root(0)"))
     for key, program in wanted.items():
         subject = f"{key} {program}"
         if uid is None:
             out.append(
-                Result("slurm-program", subject, "unknown", f"{asked} SlurmUser", f"SlurmUser {user} is not a user here", "run the check on the controller")
+                Result(
+                    "slurm-program",
+                    subject,
+                    "unknown",
+                    f"{asked} SlurmUser",
+                    f"SlurmUser {user} is not a user here",
+                    "run the check on the controller",
+                )
             )
             continue
         why = executable_by(Path(program), uid, _gids(user, uid))
         if why is None:
-            out.append(Result("slurm-program", subject, "ok", "stat", f"executable by SlurmUser {user}"))
+            out.append(
+                Result("slurm-program", subject, "ok", "stat", f"executable by SlurmUser {user}")
+            )
         else:
             out.append(
                 Result(
@@ -1053,7 +810,13 @@ def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[s
         out.append(Result("slurm-timeout", subject, "unknown", asked, "not in the output", ""))
     elif live >= s.resume_timeout:
         out.append(
-            Result("slurm-timeout", subject, "ok", asked, f"{live} s >= the pools' boot allowance {s.resume_timeout} s")
+            Result(
+                "slurm-timeout",
+                subject,
+                "ok",
+                asked,
+                f"{live} s >= the pools' boot allowance {s.resume_timeout} s",
+            )
         )
     else:
         out.append(
@@ -1062,10 +825,10 @@ def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[s
                 subject,
                 "fail",
                 asked,
-                f"{live} s < the pools' boot allowance {s.resume_timeout} s (coreburst:burst.resumeTimeout): "
-                "slurmctld would set booting nodes DOWN",
-                "remove the later ResumeTimeout line from slurm.conf (the fragment sets it), or lower "
-                "coreburst:burst.resumeTimeout and re-render",
+                f"{live} s < the pools' boot allowance {s.resume_timeout} s "
+                "(coreburst:burst.resumeTimeout): slurmctld would set booting nodes DOWN",
+                "remove the later ResumeTimeout line from slurm.conf (the fragment sets it), or "
+                "lower coreburst:burst.resumeTimeout and re-render",
             )
         )
     holds = _hold_names(stack)
@@ -1073,7 +836,16 @@ def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[s
         r_asked = "scontrol -o show reservation"
         for name in holds:
             if reservations is None:
-                out.append(Result("slurm-reservation", name, "unknown", r_asked, "reservations not readable", ""))
+                out.append(
+                    Result(
+                        "slurm-reservation",
+                        name,
+                        "unknown",
+                        r_asked,
+                        "reservations not readable",
+                        "",
+                    )
+                )
             elif name in reservations:
                 out.append(Result("slurm-reservation", name, "ok", r_asked, "exists"))
             else:
@@ -1084,7 +856,8 @@ def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[s
                         "fail",
                         r_asked,
                         "missing: the Capacity Block's nodes may be powered up outside the block",
-                        "run reservations.sh from `coreburst burst slurm-conf --out` on the controller",
+                        "run reservations.sh from `coreburst burst slurm-conf --out` on the "
+                        "controller",
                     )
                 )
     if s.spend_gate is not None:
@@ -1092,10 +865,25 @@ def check_slurm_config(stack: BurstStack, config_text: str, reservations: list[s
         try:
             lim = gate_limits(s.spend_gate)
             out.append(
-                Result("spend-gate", "guardrails scope", "ok", g_asked, f"scope {lim.scope!r}, snapshots in {lim.state_path}")
+                Result(
+                    "spend-gate",
+                    "guardrails scope",
+                    "ok",
+                    g_asked,
+                    f"scope {lim.scope!r}, snapshots in {lim.state_path}",
+                )
             )
         except StackConfigError as exc:
-            out.append(Result("spend-gate", "guardrails scope", "fail", g_asked, str(exc), "fix the guardrails config it names"))
+            out.append(
+                Result(
+                    "spend-gate",
+                    "guardrails scope",
+                    "fail",
+                    g_asked,
+                    str(exc),
+                    "fix the guardrails config it names",
+                )
+            )
     return out
 
 
@@ -1169,27 +957,3 @@ def run_checks(
     if "slurm" not in skip and scontrol is not None:
         out += slurm_checks(stack, scontrol)
     return out
-
-
-def exit_code(results: list[Result], strict: bool) -> int:
-    """0 when nothing failed (and, with ``strict``, nothing is unknown), else 1."""
-    bad = {"fail", "unknown"} if strict else {"fail"}
-    return 1 if any(r.status in bad for r in results) else 0
-
-
-def render_text(results: list[Result]) -> str:
-    counts = {k: sum(r.status == k for r in results) for k in MARK}
-    lines = [r.line() for r in results]
-    lines.append(
-        f"{counts['ok']} ✔, {counts['fail']} ✘, {counts['unknown']} ? of {len(results)} checks"
-    )
-    return "\n".join(lines) + "\n"
-
-
-def render_json(results: list[Result], *, stack: str | None = None, strict: bool = False) -> str:
-    doc: dict[str, Any] = {
-        **({"stack": stack} if stack else {}),
-        "ok": exit_code(results, strict) == 0,
-        "checks": [{**asdict(r), "mark": MARK[r.status]} for r in results],
-    }
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"

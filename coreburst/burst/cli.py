@@ -588,6 +588,13 @@ def check(  # noqa: PLR0917 (typer: one parameter per option)
     $ coreburst burst check --stack burst
     $ coreburst burst check --stack burst --skip slurm --format json --principal arn:aws:iam::123456789012:role/burst-controller"""  # noqa: E501
     from coreburst.burst import check as preflight
+    from coreburst.common.preflight import (
+        READ_TIMEOUT_S,
+        Clients,
+        exit_code,
+        render_json,
+        render_text,
+    )
 
     if fmt not in ("text", "json"):
         raise _fail(f"--format {fmt!r}: use text or json")
@@ -602,16 +609,16 @@ def check(  # noqa: PLR0917 (typer: one parameter per option)
     s = _stack(stack, stack_dir)
     results = preflight.run_checks(
         s,
-        preflight.Clients(s.config.region),
-        scontrol=Scontrol(conf=slurm_conf, timeout_s=preflight.READ_TIMEOUT_S),
+        Clients(s.config.region),
+        scontrol=Scontrol(conf=slurm_conf, timeout_s=READ_TIMEOUT_S),
         principal=principal,
         skip=skip or (),
     )
     if fmt == "json":
-        typer.echo(preflight.render_json(results, stack=stack, strict=strict), nl=False)
+        typer.echo(render_json(results, stack=stack, strict=strict), nl=False)
     else:
-        typer.echo(preflight.render_text(results), nl=False)
-    raise typer.Exit(preflight.exit_code(results, strict))
+        typer.echo(render_text(results), nl=False)
+    raise typer.Exit(exit_code(results, strict))
 
 
 def main() -> None:

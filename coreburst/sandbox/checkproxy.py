@@ -165,9 +165,9 @@ class CheckProxy:
             denied = action in self.denied
         if denied:
             return self._access_denied(service, bool(target), action)
-        if service == "ec2" and operation in ("CreateFleet", "RunInstances"):
-            if (form.get("DryRun") or [""])[0].lower() == "true":
-                return self._dry_run(action)
+        dry_run = (form.get("DryRun") or [""])[0].lower() == "true"
+        if service == "ec2" and operation in ("CreateFleet", "RunInstances") and dry_run:
+            return self._dry_run(action)
         if service == "servicequotas" and operation == "GetServiceQuota":
             return self._quota(json.loads(body or b"{}"))
         if service == "iam" and operation == "SimulatePrincipalPolicy":
@@ -196,7 +196,11 @@ class CheckProxy:
         if refused:
             msg = "You are not authorized to perform this operation. Encoded authorization "
             msg += "failure message: made-up-by-checkproxy"
-            return 403, xml, _EC2_ERROR.format(code="UnauthorizedOperation", msg=msg, rid=rid).encode()
+            return (
+                403,
+                xml,
+                _EC2_ERROR.format(code="UnauthorizedOperation", msg=msg, rid=rid).encode(),
+            )
         msg = "Request would have succeeded, but DryRun flag is set."
         return 412, xml, _EC2_ERROR.format(code="DryRunOperation", msg=msg, rid=rid).encode()
 

@@ -193,7 +193,9 @@ def test_a_zone_whose_subnet_lost_its_tag(proxy: CheckProxy, tmp_path: Path) -> 
     )
     r = check(tmp_path, "zones")
     assert r.exit_code == 1
-    assert f"✔ subnet          od: us-east-1a: {w.subnets['us-east-1a']} (tagged private)" in r.output
+    assert (
+        f"✔ subnet          od: us-east-1a: {w.subnets['us-east-1a']} (tagged private)" in r.output
+    )
     assert lines(r.output, "✘") == [
         "✘ subnet          od: us-east-1b: no subnet in us-east-1b tagged coreburst-stack=zones, "
         "coreburst-subnet=private (ec2:DescribeSubnets); fix: the stack's private subnet in each "
@@ -243,7 +245,10 @@ def test_a_missing_spot_rule_and_queue(proxy: CheckProxy) -> None:
     ]
     client("sqs", proxy.upstream).delete_queue(QueueUrl=w.queue_url)
     r = check(REPO, "burst")
-    assert "✘ spot-events     queue guardrails-spot-events-4f2a9c1: the rules' target does not exist" in r.output
+    assert (
+        "✘ spot-events     queue guardrails-spot-events-4f2a9c1: the rules' target does not exist"
+        in r.output
+    )
 
 
 def test_credentials_that_may_not_ask_are_unknown_and_fail_only_under_strict(
@@ -268,7 +273,10 @@ def test_credentials_that_may_not_ask_are_unknown_and_fail_only_under_strict(
     assert doc["ok"] is False and doc["stack"] == "burst"
     quota = [c for c in doc["checks"] if c["check"] == "quota"]
     assert {c["status"] for c in quota} == {"unknown"} and {c["mark"] for c in quota} == {"?"}
-    assert quota[0]["fix"] == "grant servicequotas:GetServiceQuota to the credentials that run the check"
+    assert (
+        quota[0]["fix"]
+        == "grant servicequotas:GetServiceQuota to the credentials that run the check"
+    )
 
 
 def test_a_principal_named_for_ci_is_simulated_and_no_dry_run_is_sent(proxy: CheckProxy) -> None:

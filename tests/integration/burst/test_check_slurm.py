@@ -18,7 +18,10 @@ def test_the_slurm_side_of_the_lab(burst_lab: BurstLab) -> None:
         "from `coreburst burst slurm-conf --out` on the controller"
     ]
     assert f"✔ slurm-fragment  {lab.conf}: the stack's programs are slurmctld's" in r.stdout
-    assert f"✔ slurm-program   ResumeProgram {lab.lab}/etc/coreburst-burst-resume: executable" in r.stdout
+    assert (
+        f"✔ slurm-program   ResumeProgram {lab.lab}/etc/coreburst-burst-resume: executable"
+        in r.stdout
+    )
     lab.run(
         "scontrol", "create", "reservation", "ReservationName=coreburst-hold-cb", "Nodes=cb-1",
         "Users=root", "Flags=MAINT,IGNORE_JOBS", "StartTime=now", "Duration=UNLIMITED",

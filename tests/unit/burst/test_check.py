@@ -13,18 +13,19 @@ from typer.testing import CliRunner
 from coreburst.burst.check import (
     check_slurm_config,
     executable_by,
-    exit_code,
     parse_show_config,
     quota_needs,
-    render_text,
 )
 from coreburst.burst.cli import app
 from coreburst.burst.config import parse_burst
 from coreburst.burst.slurmconf import node_sets
 from coreburst.common.catalog import load_catalog
+from coreburst.common.preflight import exit_code, render_text
 from tests.helpers.burst import CLUSTERS, stack_map, with_on_prem, write_stack
 
-FIXTURE = Path(__file__).parents[2] / "fixtures" / "slurm" / "scontrol-show-config-22.05-recorded.txt"
+FIXTURE = (
+    Path(__file__).parents[2] / "fixtures" / "slurm" / "scontrol-show-config-22.05-recorded.txt"
+)
 LAB = "/tmp/coreburst-checklab"  # the recording's lab directory
 runner = CliRunner()
 
@@ -80,7 +81,9 @@ def test_a_slurm_conf_without_the_fragment(tmp_path: Path) -> None:
     text = recorded(tmp_path, ResumeProgram="(null)", SuspendProgram="(null)")
     [frag, *_] = check_slurm_config(lab_stack(tmp_path), text, [])
     assert frag.status == "fail"
-    assert frag.detail.startswith(f"ResumeProgram is (null), not {tmp_path}/etc/coreburst-burst-resume")
+    assert frag.detail.startswith(
+        f"ResumeProgram is (null), not {tmp_path}/etc/coreburst-burst-resume"
+    )
     assert "add `Include <dir>/burst.conf`" in frag.fix and "scontrol reconfigure" in frag.fix
 
 
@@ -119,8 +122,8 @@ def test_a_resume_timeout_shorter_than_the_pools_boot(tmp_path: Path) -> None:
 
 
 def test_capacity_block_holds_are_looked_for(tmp_path: Path) -> None:
-    cb = [{"name": "cb", "instanceType": "p5.48xlarge", "nodes": 1,
-           "capacity": {"model": "capacity-block", "reservationId": "cr-0123456789abcdef0"}}]  # fmt: skip
+    capacity = {"model": "capacity-block", "reservationId": "cr-0123456789abcdef0"}
+    cb = [{"name": "cb", "instanceType": "p5.48xlarge", "nodes": 1, "capacity": capacity}]
     stack = lab_stack(tmp_path, cb)
     missing = check_slurm_config(stack, recorded(tmp_path), ["other"])
     assert ("fail", "slurm-reservation") in marks(missing)
@@ -144,7 +147,9 @@ def test_quota_needs_every_node_of_each_market_at_once() -> None:
 
 
 def test_the_summary_line_counts_each_mark(tmp_path: Path) -> None:
-    text = render_text(check_slurm_config(lab_stack(tmp_path, resumeTimeout=1800), recorded(tmp_path), []))
+    text = render_text(
+        check_slurm_config(lab_stack(tmp_path, resumeTimeout=1800), recorded(tmp_path), [])
+    )
     assert text.splitlines()[-1] == "4 ✔, 1 ✘, 0 ? of 5 checks"
 
 
