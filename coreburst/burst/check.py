@@ -922,7 +922,10 @@ def slurm_checks(stack: BurstStack, scontrol: Any) -> list[Result]:
 
 
 # -- the whole check -------------------------------------------------------------------------
-SECTIONS = ("aws", "slurm")
+# What --skip may leave out: the account, the controller's permissions (DryRun launches and
+# policy simulation: in CI without the controller's ARN they would ask about the wrong
+# principal), the Slurm controller.
+SECTIONS = ("aws", "permissions", "slurm")
 
 
 def run_checks(
@@ -949,9 +952,10 @@ def run_checks(
             results, templates = check_templates(stack, sets, launcher, clients)
             out += results
             out += check_subnets(stack, sets, launcher, templates, clients)
-            if principal is None:  # a dry run asks as the caller: only then is it the controller
-                out += check_dry_runs(stack, sets, launcher, templates, clients)
-            out += check_simulation(stack, caller, principal or caller.principal, clients)
+            if "permissions" not in skip:
+                if principal is None:  # a dry run asks as the caller: only then the controller
+                    out += check_dry_runs(stack, sets, launcher, templates, clients)
+                out += check_simulation(stack, caller, principal or caller.principal, clients)
             if any(ns.market == "spot" for ns in sets):
                 out += check_spot_events(clients)
     if "slurm" not in skip and scontrol is not None:

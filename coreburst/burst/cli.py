@@ -576,7 +576,7 @@ def check(  # noqa: PLR0917 (typer: one parameter per option)
     ] = None,
     skip: Annotated[
         list[str] | None,
-        typer.Option(help="Leave out a section: aws or slurm (repeatable)."),
+        typer.Option(help="Leave out a section: aws, permissions or slurm (repeatable)."),
     ] = None,
     slurm_conf: Annotated[
         Path | None, typer.Option(help="slurm.conf scontrol reads (default: SLURM_CONF).")
@@ -600,7 +600,7 @@ def check(  # noqa: PLR0917 (typer: one parameter per option)
         raise _fail(f"--format {fmt!r}: use text or json")
     bad = sorted(set(skip or []) - set(preflight.SECTIONS))
     if bad:
-        raise _fail(f"--skip {bad[0]!r}: use {' or '.join(preflight.SECTIONS)}")
+        raise _fail(f"--skip {bad[0]!r}: use {', '.join(preflight.SECTIONS)}")
     if principal is not None and not preflight.IAM_ARN.fullmatch(principal):
         raise _fail(
             f"--principal {principal!r}: not an IAM role or user ARN; "

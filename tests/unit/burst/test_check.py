@@ -157,7 +157,7 @@ def test_the_summary_line_counts_each_mark(tmp_path: Path) -> None:
     ("args", "message"),
     [
         (["--format", "xml"], "error: --format 'xml': use text or json"),
-        (["--skip", "ec2"], "error: --skip 'ec2': use aws or slurm"),
+        (["--skip", "ec2"], "error: --skip 'ec2': use aws, permissions, slurm"),
         (
             ["--principal", "burst-controller"],
             "error: --principal 'burst-controller': not an IAM role or user ARN; "
