@@ -7,6 +7,7 @@ $ coreburst burst suspend 'p5-[1-4]' --stack prod
 $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
 $ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
 $ coreburst burst node-check --node p5-1 --stack prod --gate   # on the node, before slurmd
+$ coreburst burst check --stack prod                   # read-only preflight of account and Slurm
 """
 
 from __future__ import annotations
