@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import boto3
 from botocore.config import Config
@@ -103,6 +103,14 @@ def message_of(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Message", "")).split("\n")[0][:200]
 
 
+class ClientSource(Protocol):
+    """``clients(service)`` -> a boto3 client for ``clients.region``."""
+
+    region: str
+
+    def __call__(self, service: str) -> Any: ...
+
+
 class Clients:
     """boto3 clients for one region with the check's deadlines, made on first use. The
     endpoint is boto3's own (``AWS_ENDPOINT_URL`` and friends), so a test points it at a
@@ -152,7 +160,7 @@ def principal_of(arn: str) -> str:
     return arn
 
 
-def check_identity(clients: Clients) -> tuple[Result, Caller | None]:
+def check_identity(clients: ClientSource) -> tuple[Result, Caller | None]:
     asked = "sts:GetCallerIdentity"
     try:
         who = ask(asked, clients("sts").get_caller_identity)
@@ -194,7 +202,7 @@ def _rule_details(pattern: str | None) -> set[str]:
     return {str(d) for d in doc.get("detail-type") or []}
 
 
-def check_spot_events(clients: Clients, queue_url: str | None = None) -> list[Result]:
+def check_spot_events(clients: ClientSource, queue_url: str | None = None) -> list[Result]:
     """The EventBridge rules for the two spot events, enabled and delivering to an SQS
     queue that exists (``queue_url``: the one the guardrails daemon reads, when known)."""
     events = clients("events")
@@ -344,7 +352,7 @@ def _name(arn: str) -> str:
     return arn.rsplit(":", 1)[-1]
 
 
-def _queue(clients: Clients, url: str) -> Result:
+def _queue(clients: ClientSource, url: str) -> Result:
     name = url.rstrip("/").rsplit("/", 1)[-1]
     asked = "sqs:GetQueueAttributes"
     try:

@@ -17,10 +17,10 @@ from coreburst.burst.check import (
     quota_needs,
 )
 from coreburst.burst.cli import app
-from coreburst.burst.config import parse_burst
+from coreburst.burst.config import BurstStack, parse_burst
 from coreburst.burst.slurmconf import node_sets
 from coreburst.common.catalog import load_catalog
-from coreburst.common.preflight import exit_code, render_text
+from coreburst.common.preflight import Result, exit_code, render_text
 from tests.helpers.burst import CLUSTERS, stack_map, with_on_prem, write_stack
 
 FIXTURE = (
@@ -40,7 +40,9 @@ def recorded(lab: Path, **replace: str) -> str:
     return text
 
 
-def lab_stack(lab: Path, clusters: list[dict[str, object]] | None = None, **burst: object):
+def lab_stack(
+    lab: Path, clusters: list[dict[str, object]] | None = None, **burst: object
+) -> BurstStack:
     etc = lab / "etc"
     etc.mkdir(parents=True, exist_ok=True)
     for name in ("resume", "suspend", "resume-fail"):
@@ -58,7 +60,7 @@ def lab_stack(lab: Path, clusters: list[dict[str, object]] | None = None, **burs
     return parse_burst("lab", with_on_prem(stack_map(clusters or CLUSTERS[:1], settings)))
 
 
-def marks(results) -> list[tuple[str, str]]:
+def marks(results: list[Result]) -> list[tuple[str, str]]:
     return [(r.status, r.check) for r in results]
 
 
