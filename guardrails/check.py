@@ -1,6 +1,6 @@
 """``coreburst guardrails check``: the daemon's side of the preflight, with the daemon's own
 config and credentials, read-only (the burst side is ``coreburst burst check``,
-coreburst/burst/check.py; both print coreburst/common/preflight.py's lines).
+coreburst/burst/check.py; both print guardrails/preflight.py's lines).
 
 * ``identity``: who the credentials are (STS GetCallerIdentity).
 * ``idle-metric``: in each region, the CloudWatch metric the idle rule reads for each
@@ -24,7 +24,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from coreburst.common.catalog import load_catalog
-from coreburst.common.preflight import (
+from guardrails.config import GuardrailsConfig
+from guardrails.preflight import (
     NoAnswerError,
     Result,
     ask,
@@ -33,7 +34,6 @@ from coreburst.common.preflight import (
     code_of,
     message_of,
 )
-from guardrails.config import GuardrailsConfig
 
 # ListMetrics' only look-back: metrics with a datapoint in the past three hours (CloudWatch API
 # reference, ListMetrics, RecentlyActive: "The only valid value is PT3H").

@@ -396,8 +396,8 @@ def check(
     if fmt not in ("text", "json"):
         raise fail(f"--format {fmt!r}: use text or json")
     cfg = load_checked(config)
-    from coreburst.common.preflight import exit_code, render_json, render_text
     from guardrails.check import run_checks
+    from guardrails.preflight import exit_code, render_json, render_text
 
     results = run_checks(cfg)
     if fmt == "json":

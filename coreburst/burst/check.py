@@ -62,7 +62,7 @@ from coreburst.burst.launch import Launcher
 from coreburst.burst.slurmconf import NodeSet, node_set_of, node_sets, reservation_commands
 from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.names import OWNER_TAG_KEYS, PRIVATE_SUBNET_TAG, STACK_TAG_KEY
-from coreburst.common.preflight import (
+from guardrails.preflight import (
     Caller,
     Clients,
     NoAnswerError,

@@ -589,7 +589,7 @@ def check(  # noqa: PLR0917 (typer: one parameter per option)
     $ coreburst burst check --stack burst
     $ coreburst burst check --stack burst --skip slurm --format json --principal arn:aws:iam::123456789012:role/burst-controller"""  # noqa: E501
     from coreburst.burst import check as preflight
-    from coreburst.common.preflight import (
+    from guardrails.preflight import (
         READ_TIMEOUT_S,
         Clients,
         exit_code,

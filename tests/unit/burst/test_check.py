@@ -20,7 +20,7 @@ from coreburst.burst.cli import app
 from coreburst.burst.config import BurstStack, parse_burst
 from coreburst.burst.slurmconf import node_sets
 from coreburst.common.catalog import load_catalog
-from coreburst.common.preflight import Result, exit_code, render_text
+from guardrails.preflight import Result, exit_code, render_text
 from tests.helpers.burst import CLUSTERS, stack_map, with_on_prem, write_stack
 
 FIXTURE = (
