@@ -87,8 +87,8 @@ IAM_ARN = re.compile(r"arn:aws[a-z-]*:iam::\d{12}:(role|user)/[\w+=,.@/-]+")
 #   L-7212CCBC  All P Spot Instance Requests
 #   L-2C3B7624  Running On-Demand Trn instances
 #   L-6B0D517C  All Trn Spot Instance Requests
-#   L-DB2E81BA  Running On-Demand G and VT instances
-#   L-3819A6DF  All G and VT Spot Instance Requests
+# (every family of the catalog is P or Trn: tests/unit/burst/test_check.py holds a new family to
+# a code here).
 # Capacity reservations are used by running on-demand instances and count against the
 # on-demand quota; Capacity Blocks are bought capacity and are not checked here.
 QUOTA_CODES: dict[tuple[str, str], tuple[str, str]] = {
@@ -96,8 +96,6 @@ QUOTA_CODES: dict[tuple[str, str], tuple[str, str]] = {
     ("P", "spot"): ("L-7212CCBC", "All P Spot Instance Requests"),
     ("Trn", "on-demand"): ("L-2C3B7624", "Running On-Demand Trn instances"),
     ("Trn", "spot"): ("L-6B0D517C", "All Trn Spot Instance Requests"),
-    ("G", "on-demand"): ("L-DB2E81BA", "Running On-Demand G and VT instances"),
-    ("G", "spot"): ("L-3819A6DF", "All G and VT Spot Instance Requests"),
 }
 _QUOTA_MARKET = {"on-demand": "on-demand", "capacity-reservation": "on-demand", "spot": "spot"}
 
@@ -188,17 +186,15 @@ def _offered_zones(clients: Clients, itype: str) -> list[str]:
 
 # -- quotas -----------------------------------------------------------------------------------
 def quota_group(family: str) -> str | None:
-    """The quota group of an instance family (p5 -> P, trn2 -> Trn, g6e -> G), or None.
+    """The quota group of an instance family (p5 -> P, trn2 -> Trn), or None.
 
-    >>> quota_group("p5en"), quota_group("trn2"), quota_group("g6e"), quota_group("c7i")
-    ('P', 'Trn', 'G', None)
+    >>> quota_group("p5en"), quota_group("trn2"), quota_group("g6e")
+    ('P', 'Trn', None)
     """
     if family.startswith("trn"):
         return "Trn"
     if family[:1] == "p":
         return "P"
-    if family[:1] == "g" or family.startswith("vt"):
-        return "G"
     return None
 
 

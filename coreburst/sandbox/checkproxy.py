@@ -71,8 +71,6 @@ QUOTA_NAMES = {
     "L-7212CCBC": "All P Spot Instance Requests",
     "L-2C3B7624": "Running On-Demand Trn instances",
     "L-6B0D517C": "All Trn Spot Instance Requests",
-    "L-DB2E81BA": "Running On-Demand G and VT instances",
-    "L-3819A6DF": "All G and VT Spot Instance Requests",
 }
 
 

@@ -11,9 +11,11 @@ import pytest
 from typer.testing import CliRunner
 
 from coreburst.burst.check import (
+    QUOTA_CODES,
     check_slurm_config,
     executable_by,
     parse_show_config,
+    quota_group,
     quota_needs,
 )
 from coreburst.burst.cli import app
@@ -146,6 +148,14 @@ def test_quota_needs_every_node_of_each_market_at_once() -> None:
         ("P", "spot"): (576, ["sp"]),
         ("Trn", "on-demand"): (192, ["trn"]),
     }
+
+
+def test_every_catalog_family_has_its_on_demand_and_spot_quota_codes() -> None:
+    families = {i.family for i in load_catalog().instances.values()}
+    for family in sorted(families):
+        group = quota_group(family)
+        assert group is not None, f"{family}: no vCPU quota group; add its codes to QUOTA_CODES"
+        assert (group, "on-demand") in QUOTA_CODES and (group, "spot") in QUOTA_CODES
 
 
 def test_the_summary_line_counts_each_mark(tmp_path: Path) -> None:
