@@ -32,7 +32,7 @@ READ_TIMEOUT_S = 20
 MAX_ATTEMPTS = 3
 
 # Error codes that mean "these credentials may not ask": EC2 answers UnauthorizedOperation
-# (EC2 API reference, "Common client error codes"), most JSON services AccessDeniedException,
+# (EC2 API reference, "Common Errors"), most JSON services AccessDeniedException,
 # query services (IAM, STS, SQS) AccessDenied.
 DENIED = frozenset(
     {"AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "AuthFailure"}

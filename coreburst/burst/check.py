@@ -22,8 +22,8 @@ What is asked, per stack (``Pulumi.<stack>.yaml``, as the resume program reads i
   (what :meth:`Launcher.subnets` finds).
 * ``dry-run``: CreateFleet (the resume program's own request for one node) and RunInstances
   from the pool's template with ``DryRun``: EC2 answers ``DryRunOperation`` when the caller
-  may, ``UnauthorizedOperation`` when not (EC2 API reference, "Common client error codes",
-  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html), so the
+  may, ``UnauthorizedOperation`` when not (EC2 API reference, "Common Errors",
+  https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonErrors.html), so the
   ``ec2:LaunchTemplate`` / ``ec2:CreateAction`` conditions are read by real EC2, not by us.
 * ``permission``: what resume, suspend and the reconciler call that a dry run cannot show
   (Describe*, tag-conditioned CreateTags and TerminateInstances, iam:PassRole), by IAM

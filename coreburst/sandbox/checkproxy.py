@@ -2,8 +2,8 @@
 questions ``coreburst burst check`` asks and moto does not answer:
 
 * **DryRun** of EC2 CreateFleet and RunInstances: ``DryRunOperation`` (HTTP 412) when the
-  caller may, ``UnauthorizedOperation`` (HTTP 403) when not (EC2 API reference, "Common client
-  error codes", https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html:
+  caller may, ``UnauthorizedOperation`` (HTTP 403) when not (EC2 API reference, "Common
+  Errors", https://docs.aws.amazon.com/AWSEC2/latest/APIReference/CommonErrors.html:
   DryRunOperation "The user has the required permissions, so the request would have
   succeeded, but the DryRun parameter was used"; UnauthorizedOperation "You are not
   authorized to perform this operation"; the ``<Response><Errors><Error>`` shape of
