@@ -97,6 +97,8 @@ QUOTA_CODES: dict[tuple[str, str], tuple[str, str]] = {
     ("Trn", "on-demand"): ("L-2C3B7624", "Running On-Demand Trn instances"),
     ("Trn", "spot"): ("L-6B0D517C", "All Trn Spot Instance Requests"),
 }
+# An ImageId EC2 resolves from an SSM parameter at launch.
+SSM_IMAGE = "resolve:ssm:"
 _QUOTA_MARKET = {"on-demand": "on-demand", "capacity-reservation": "on-demand", "spot": "spot"}
 
 
@@ -374,6 +376,20 @@ def check_image(
         return Result(
             "ami", subject, "fail", "ec2:DescribeLaunchTemplateVersions", "names no ImageId", fix
         )
+    if image.startswith(SSM_IMAGE):
+        # A template may name its AMI as an SSM parameter EC2 resolves at launch (EC2 User
+        # Guide, "Use a Systems Manager parameter instead of an AMI ID"): resolve it as EC2
+        # would, then look at that image.
+        name = image.removeprefix(SSM_IMAGE)
+        try:
+            image = ask("ssm:GetParameter", clients("ssm").get_parameter, Name=name)["Parameter"][
+                "Value"
+            ]
+        except NoAnswerError as exc:
+            return Result("ami", subject, "unknown", "ssm:GetParameter", exc.detail, exc.fix)
+        except ClientError as exc:
+            detail = f"parameter {name}: {code_of(exc)}"
+            return Result("ami", subject, "fail", "ssm:GetParameter", detail, fix)
     try:
         images = ask(asked, clients("ec2").describe_images, ImageIds=[image])["Images"]
     except NoAnswerError as exc:

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 from coreburst.burst.cli import app
 from coreburst.burst.config import load_burst_stack
 from coreburst.sandbox.checkproxy import CheckProxy
-from coreburst.sandbox.emulator import MotoProcess
+from coreburst.sandbox.emulator import AMI, MotoProcess
 from tests.helpers.burst import stack_map, with_on_prem, write_stack
 from tests.helpers.burst_check import World, client, seed
 
@@ -166,6 +166,29 @@ def test_a_template_whose_ami_was_deregistered(proxy: CheckProxy) -> None:
         f"✘ ami             sp: image of {w.templates['sp']}: ami-0123456789abcdef0 does not exist"
     ), r.output
     assert "must name an available AMI" in bad[0]
+
+
+def test_an_image_named_by_ssm_parameter_is_resolved_as_ec2_would(proxy: CheckProxy) -> None:
+    w = burst_world(proxy)
+    ec2 = client("ec2", proxy.upstream)
+    ssm = client("ssm", proxy.upstream)
+    ssm.put_parameter(Name="/coreburst/test/gpu-ami", Value=AMI, Type="String")
+    v1 = ec2.describe_launch_template_versions(LaunchTemplateId=w.templates["od"])
+    data = v1["LaunchTemplateVersions"][0]["LaunchTemplateData"]
+    ec2.create_launch_template_version(
+        LaunchTemplateId=w.templates["od"],
+        LaunchTemplateData={**data, "ImageId": "resolve:ssm:/coreburst/test/gpu-ami"},
+    )
+    r = check(REPO, "burst")
+    assert r.exit_code == 0, r.output
+    assert f"✔ ami             od: image of {w.templates['od']}: {AMI} available" in r.output
+    ssm.delete_parameter(Name="/coreburst/test/gpu-ami")
+    r = check(REPO, "burst")
+    assert r.exit_code == 1
+    assert lines(r.output, "✘")[0].startswith(
+        f"✘ ami             od: image of {w.templates['od']}: parameter /coreburst/test/gpu-ami: "
+        "ParameterNotFound (ssm:GetParameter)"
+    )
 
 
 def test_a_zone_whose_subnet_lost_its_tag(proxy: CheckProxy, tmp_path: Path) -> None:
