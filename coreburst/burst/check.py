@@ -116,6 +116,8 @@ def _choices(stack: BurstStack, sets: Iterable[NodeSet]) -> list[tuple[NodeSet, 
 def check_offerings(stack: BurstStack, sets: list[NodeSet], clients: Clients) -> list[Result]:
     asked = "ec2:DescribeInstanceTypeOfferings"
     choices = _choices(stack, sets)
+    if not choices:  # no pool with nodes: nothing to ask (an empty filter is refused)
+        return []
     types = sorted({t for _, t, _ in choices})
     zones = sorted({z for _, _, z in choices})
     try:
