@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from coreburst.burst.cli import app
-from coreburst.burst.config import load_burst_stack
+from coreburst.burst.config import load_burst_stack, load_stack_map
 from coreburst.sandbox.checkproxy import CheckProxy
 from coreburst.sandbox.emulator import AMI, MotoProcess
 from tests.helpers.burst import stack_map, with_on_prem, write_stack
@@ -65,7 +65,18 @@ def check(stack_dir: Path, stack: str, *args: str) -> Any:
 
 
 def burst_world(proxy: CheckProxy) -> World:
-    return seed(proxy.upstream, load_burst_stack("burst", REPO))
+    """What ``pulumi up`` of Pulumi.burst.yaml leaves: it deploys no guardrails, so no
+    spot-event queue or rules."""
+    return seed(proxy.upstream, load_burst_stack("burst", REPO), spot_events=False)
+
+
+def burst_with_guardrails(proxy: CheckProxy, root: Path) -> World:
+    """Pulumi.burst.yaml with ``coreburst:guardrails.enabled`` (every rule, the spot one
+    among them), written under ``root``, and what its ``pulumi up`` leaves."""
+    cfg = load_stack_map("burst", REPO)
+    cfg["coreburst:guardrails"] = {"enabled": True}
+    write_stack(root, "burst", cfg)
+    return seed(proxy.upstream, load_burst_stack("burst", root))
 
 
 def lines(out: str, mark: str) -> list[str]:
@@ -85,10 +96,21 @@ def test_the_burst_example_stack_where_everything_holds_is_all_ticks(proxy: Chec
         "quota           All P Spot Instance Requests (sp): 768 vCPUs >= 768 needed",
         "dry-run         sp: CreateFleet DryRun: allowed (DryRunOperation)",
         "permission      ec2:TerminateInstances",
-        "spot-events     rule for 'EC2 Spot Instance Interruption Warning'",
     ):
         assert what in r.output
+    assert "spot-events" not in r.output  # the stack declares none
     assert r.output.splitlines()[-1].endswith(f"0 ✘, 0 ? of {len(body)} checks")
+
+
+def test_a_stack_with_guardrails_checks_its_spot_events(proxy: CheckProxy, tmp_path: Path) -> None:
+    burst_with_guardrails(proxy, tmp_path)
+    r = check(tmp_path, "burst")
+    assert r.exit_code == 0, r.output
+    assert [line.split(":")[0] for line in r.output.splitlines() if "spot-events" in line] == [
+        "✔ spot-events     rule for 'EC2 Spot Instance Interruption Warning'",
+        "✔ spot-events     rule for 'EC2 Instance Rebalance Recommendation'",
+        "✔ spot-events     queue guardrails-spot-events-4f2a9c1",
+    ]
 
 
 def test_a_type_not_offered_in_a_zone_names_the_zones_it_is_offered_in(
@@ -254,12 +276,12 @@ def test_terminate_denied_by_the_simulated_policy(proxy: CheckProxy) -> None:
     ]
 
 
-def test_a_missing_spot_rule_and_queue(proxy: CheckProxy) -> None:
-    w = burst_world(proxy)
+def test_a_missing_spot_rule_and_queue(proxy: CheckProxy, tmp_path: Path) -> None:
+    w = burst_with_guardrails(proxy, tmp_path)
     events = client("events", proxy.upstream)
     events.remove_targets(Rule=w.rules["rebalance"], Ids=["queue"])
     events.delete_rule(Name=w.rules["rebalance"])
-    r = check(REPO, "burst")
+    r = check(tmp_path, "burst")
     assert r.exit_code == 1
     assert lines(r.output, "✘") == [
         "✘ spot-events     rule for 'EC2 Instance Rebalance Recommendation': no EventBridge rule "
@@ -267,7 +289,7 @@ def test_a_missing_spot_rule_and_queue(proxy: CheckProxy) -> None:
         "and pulumi up (it declares both rules and the queue guardrails-spot-events)"
     ]
     client("sqs", proxy.upstream).delete_queue(QueueUrl=w.queue_url)
-    r = check(REPO, "burst")
+    r = check(tmp_path, "burst")
     assert (
         "✘ spot-events     queue guardrails-spot-events-4f2a9c1: the rules' target does not exist"
         in r.output
