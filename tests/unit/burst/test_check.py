@@ -188,3 +188,14 @@ def test_an_unknown_stack_is_one_line_and_exit_2(tmp_path: Path) -> None:
     r = runner.invoke(app, ["check", "--stack", "nope", "--stack-dir", str(tmp_path)])
     assert r.exit_code == 2
     assert r.output.startswith("error: no stack 'nope'") and len(r.output.splitlines()) == 1
+
+
+def test_a_spend_gate_whose_guardrails_config_is_gone(tmp_path: Path) -> None:
+    gone = tmp_path / "guardrails.yaml"
+    stack = lab_stack(tmp_path, spendGate={"guardrailsConfig": str(gone)})
+    [gate] = [
+        r for r in check_slurm_config(stack, recorded(tmp_path), []) if r.check == "spend-gate"
+    ]
+    assert gate.status == "fail"
+    assert gate.detail.startswith("coreburst:burst.spendGate.guardrailsConfig: ")
+    assert str(gone) in gate.detail
