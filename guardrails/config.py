@@ -110,8 +110,8 @@ def kill_switch_engaged(value: str | None) -> bool:
 
 
 class AwsConfig(StrictModel):
-    # Point at a moto server (http://127.0.0.1:PORT) for demos and tests.
     endpoint_url: str | None = None
+    """Point at a moto server (http://127.0.0.1:PORT) for demos and tests."""
     connect_timeout_s: float = Field(default=3.0, gt=0)
     read_timeout_s: float = Field(default=30.0, gt=0)
     max_attempts: int = Field(default=3, ge=1, le=10)
@@ -126,17 +126,17 @@ class SafetyConfig(StrictModel):
 
 
 class SlackConfig(StrictModel):
-    # The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML.
     webhook_url_file: Path | None = None
+    """The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML."""
     cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
     max_attempts: int = Field(default=50, ge=1)
     backoff_base: Annotated[timedelta, Between("1s", "1h")] = timedelta(seconds=5)
     backoff_max: Annotated[timedelta, Between("1s", "1d")] = timedelta(minutes=10)
-    # Per request; fractions honoured (0.5 = half a second).
     timeout_s: float = Field(default=10.0, gt=0)
-    # All of one cycle's sends together: a slow or hanging Slack never holds up observing and
-    # acting for longer than this. What is not sent stays due for the next cycle.
+    """Per request; fractions honoured (0.5 = half a second)."""
     cycle_budget_s: float = Field(default=20.0, gt=0)
+    """All of one cycle's sends together: a slow or hanging Slack never holds up observing and
+    acting for longer than this. What is not sent stays due for the next cycle."""
 
     @model_validator(mode="after")
     def _backoff_order(self) -> SlackConfig:
@@ -151,18 +151,18 @@ class SlackConfig(StrictModel):
 class StateConfig(StrictModel):
     path: Path = Path(".coreburst/guardrails.sqlite")
     audit_log: Path = Path(".coreburst/guardrails-audit.jsonl")
-    # Spend and egress snapshots older than this are deleted (hourly); must cover the egress
-    # baseline.
     snapshot_retention: Annotated[timedelta, Between("1d", "400d")] = timedelta(days=35)
+    """Spend and egress snapshots older than this are deleted (hourly); must cover the egress
+    baseline."""
 
 
 class MetricsEndpointConfig(StrictModel):
     enabled: bool = True
     port: int = Field(default=9108, ge=0, le=65535)
-    # Loopback outside a container, so a host's metrics are not on its network by accident;
-    # the container image sets COREBURST_METRICS_ENDPOINT__ADDRESS=0.0.0.0, because a
-    # published port reaches only what listens beyond the container's own loopback.
     address: IPvAnyAddress = IPv4Address("127.0.0.1")
+    """Loopback outside a container, so a host's metrics are not on its network by accident; the
+    container image sets COREBURST_METRICS_ENDPOINT__ADDRESS=0.0.0.0, because a published port
+    reaches only what listens beyond the container's own loopback."""
 
 
 def _account_id(value: Any) -> Any:
@@ -180,12 +180,12 @@ class OrgConfig(StrictModel):
     """Accounts for `coreburst guardrails org-scan` (read-only: it assumes ``role_name`` in
     each and reports; nothing is tagged, stopped or alerted there)."""
 
-    # The role each member account has for the scanner (trusting the scanning account).
     role_name: str = Field(default="coreburst-guardrails", pattern=r"^[\w+=,.@-]{1,64}$")
+    """The role each member account has for the scanner (trusting the scanning account)."""
     accounts: list[AccountId] = []
-    # Also list the organization's active accounts (organizations:ListAccounts; run from the
-    # management account or a delegated administrator).
     discover: bool = False
+    """Also list the organization's active accounts (organizations:ListAccounts; run from the
+    management account or a delegated administrator)."""
     max_concurrency: int = Field(default=8, ge=1, le=64)
 
     @model_validator(mode="after")
@@ -249,30 +249,34 @@ class GuardrailsConfig(BaseSettings):
     (``p: SpendConfig = cfg.spend``)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="COREBURST_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="COREBURST_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
     regions: list[AwsRegion] = Field(default=["us-east-1"], min_length=1)
     instance_types: list[str] | None = None  # None = every accelerated type in the catalog
-    # Between cycles; each cycle makes AWS API calls, so not less than 10 s.
     interval: Annotated[timedelta, Between("10s", "1d")] = timedelta(seconds=60)
-    # True unless written down as false: an empty or partial config never acts.
+    """Between cycles; each cycle makes AWS API calls, so not less than 10 s."""
     dry_run: bool = True
+    """True unless written down as false: an empty or partial config never acts."""
     aws: AwsConfig = AwsConfig()
     safety: SafetyConfig = SafetyConfig()
     slack: SlackConfig = SlackConfig()
     state: StateConfig = StateConfig()
     metrics_endpoint: MetricsEndpointConfig = MetricsEndpointConfig()
-    # Which registered rules run (guardrails.rules); None = all of them. The stack passes the
-    # same list it grants IAM permissions for, so an omitted rule neither runs nor fails.
-    # ``inventory`` always runs: every rule works on what it finds. ``assemble`` checks the
-    # names against the registered rules.
     rules: list[str] | None = None
+    """Which registered rules run (guardrails.rules); None = all of them. The stack passes the same
+    list it grants IAM permissions for, so an omitted rule neither runs nor fails. ``inventory``
+    always runs: every rule works on what it finds. ``assemble`` checks the names against the
+    registered rules."""
     org: OrgConfig | None = None
 
-    # Checks across sections that the registered rules declare (``Rule.validators``), run in
-    # registry order after every field is valid; set by ``assemble``.
     rule_validators: ClassVar[tuple[Callable[[Any], None], ...]] = ()
+    """Checks across sections that the registered rules declare (``Rule.validators``), run in
+    registry order after every field is valid; set by ``assemble``."""
 
     if TYPE_CHECKING:
         # A rule's section (``cfg.idle``, ``cfg.spend``): a field ``assemble`` adds.

@@ -165,6 +165,9 @@ class _Model(BaseModel):
         populate_by_name=True,
         frozen=True,
         allow_inf_nan=False,
+        # Each field's docstring is its description: docs/reference/config.md is generated
+        # from them (python -m coreburst.docs_keys).
+        use_attribute_docstrings=True,
     )
 
 
@@ -186,11 +189,11 @@ class CostTags(_Model):
 class Capacity(_Model):
     model: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]
     reservation_id: str | None = None
-    # The AZ the reservation/block lives in, when the config states it: it must match the
-    # cluster's AZ, or every launch fails.
     availability_zone: str | None = None
-    # Capacity Blocks hold at most 64 instances; a reservation's size is given here when known.
+    """The AZ the reservation/block lives in, when the config states it: it must match the cluster's
+    AZ, or every launch fails."""
     reserved_count: int | None = Field(default=None, gt=0)
+    """Capacity Blocks hold at most 64 instances; a reservation's size is given here when known."""
 
     @model_validator(mode="after")
     def _reservation_id(self) -> Capacity:
@@ -220,23 +223,23 @@ class Cluster(_Model):
     instance_type: str
     nodes: int = Field(ge=0, le=1000)
     capacity: Capacity
-    # Types the burst resume program may launch instead, in order, when EC2 has no capacity
-    # for ``instanceType`` (CreateFleet Overrides). Same accelerator and count, so one Slurm
-    # node definition fits all (check_against_catalog); e.g. p5.48xlarge -> p5e, p5en.
     fallback_instance_types: list[str] = []
-    # Availability Zones the cluster may launch in, in order (None: the stack's zone). Each
-    # other zone needs a subnet in vpc.extraZones. A multi-node job stays in one zone.
+    """Types the burst resume program may launch instead, in order, when EC2 has no capacity for
+    ``instanceType`` (CreateFleet Overrides). Same accelerator and count, so one Slurm node
+    definition fits all (check_against_catalog); e.g. p5.48xlarge -> p5e, p5en."""
     zones: list[str] | None = None
-    # None = decide from the capacity model (yes for self-bought capacity, never otherwise).
+    """Availability Zones the cluster may launch in, in order (None: the stack's zone). Each other
+    zone needs a subnet in vpc.extraZones. A multi-node job stays in one zone."""
     placement_group: bool | None = None
+    """None = decide from the capacity model (yes for self-bought capacity, never otherwise)."""
     efa: bool = True
     ami_ssm_parameter: str | None = None
     root_volume_gib: int = Field(default=512, ge=100, le=16_384)
     ssm_access: bool = True
-    # perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series
-    # (for `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by
-    # default only the per-instance rollup the guardrails decide from (coreburst plan prices it).
     per_device_metrics: bool = False
+    """perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series (for
+    `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by default
+    only the per-instance rollup the guardrails decide from (coreburst plan prices it)."""
 
     @model_validator(mode="after")
     def _placement(self) -> Cluster:
@@ -308,8 +311,8 @@ class Metadata(_Model):
 
 class DataRepositoryAssociation(_Model):
     file_system_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*$")]
-    # s3://bucket/prefix, or "checkpoints" for the stack's own checkpoint bucket.
     data_repository_path: str
+    """s3://bucket/prefix, or "checkpoints" for the stack's own checkpoint bucket."""
     events: list[Literal["NEW", "CHANGED", "DELETED"]] = ["NEW", "CHANGED", "DELETED"]
     export: bool = True
 
@@ -415,9 +418,9 @@ class HybridLink(_Model):
     vif_type: Literal["private", "transit"] = "private"
     mtu: int | None = None
     macsec: bool = False
-    # Replacing the gateway association cuts traffic to the data centre: protect it unless
-    # the operator opts out deliberately.
     protect_association: bool = True
+    """Replacing the gateway association cuts traffic to the data centre: protect it unless the
+    operator opts out deliberately."""
 
     @model_validator(mode="after")
     def _rules(self) -> HybridLink:
@@ -472,12 +475,12 @@ class SiteToSiteVpn(_Model):
     guide, "Site-to-Site VPN quotas"): enough for Slurm's control traffic and modest data."""
 
     customer_gateway_ip: Annotated[str, AfterValidator(_gateway_ip)]
-    # CreateCustomerGateway needs an ASN even for static routing; AWS's default is 65000.
     customer_asn: int = Field(default=65_000, ge=1, le=2_147_483_647)
+    """CreateCustomerGateway needs an ASN even for static routing; AWS's default is 65000."""
     amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] | None = None
-    # The on-prem blocks behind the device: one static route each, in the VPN connection and
-    # in the private route table.
     on_prem_prefixes: list[OnPremCidr] = Field(min_length=1)
+    """The on-prem blocks behind the device: one static route each, in the VPN connection and in the
+    private route table."""
 
     @model_validator(mode="after")
     def _distinct(self) -> SiteToSiteVpn:
@@ -502,12 +505,12 @@ class Vpc(_Model):
     cidr: VpcCidr = "10.64.0.0/16"
     private_subnet_cidr: VpcCidr = "10.64.0.0/18"
     public_subnet_cidr: VpcCidr = "10.64.192.0/24"
-    # Private subnets in other zones (burst capacity fallback across zones, Cluster.zones).
     extra_zones: list[ZoneSubnet] = []
+    """Private subnets in other zones (burst capacity fallback across zones, Cluster.zones)."""
     nat_gateway: bool = True
-    # SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics
-    # without a NAT path.
     interface_endpoints: bool = False
+    """SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics without a
+    NAT path."""
 
     @model_validator(mode="after")
     def _inside(self) -> Vpc:
@@ -551,9 +554,9 @@ class GuardrailsDeploy(_Model):
 
     enabled: bool = False
     schedule: str = Field(default="rate(1 minute)", pattern=r"^(rate|cron)\(.+\)$")
-    # Rules the deployed daemon runs and its role gets permissions for (one list for both);
-    # None = every registered rule. ``inventory`` is always included.
     rules: list[str] | None = None
+    """Rules the deployed daemon runs and its role gets permissions for (one list for both); None =
+    every registered rule. ``inventory`` is always included."""
     dry_run: bool = True
 
 
@@ -593,27 +596,27 @@ class BurstNode(_Model):
     hybrid link. The munge key comes from Secrets Manager (SecretBinary), the Slurm
     configuration from SSM Parameter Store, the node name from the instance's tag."""
 
-    # configless: slurmd fetches slurm.conf, gres.conf, ... from slurmctld (slurmd
-    # --conf-server; the controller's SlurmctldParameters needs enable_configless).
-    # file: the parameter holds the whole slurm.conf (standard parameters hold 4 KB,
-    # advanced 8 KB; configless has no such limit).
     conf_mode: Literal["configless", "file"] = "configless"
-    # configless: the stack declares a String parameter with this value.
+    """configless: slurmd fetches slurm.conf, gres.conf, ... from slurmctld (slurmd --conf-server;
+    the controller's SlurmctldParameters needs enable_configless). file: the parameter holds the
+    whole slurm.conf (standard parameters hold 4 KB, advanced 8 KB; configless has no such
+    limit)."""
     conf_server: Annotated[str, AfterValidator(_conf_server)] | None = None
-    # An existing parameter instead (its value: the conf server, or slurm.conf in file mode).
+    """configless: the stack declares a String parameter with this value."""
     slurm_conf_parameter_arn: Annotated[str, _arn("ssm", "parameter/")] | None = None
-    # An existing secret with the munge key; None: the stack declares an empty one (put the
-    # key with `aws secretsmanager put-secret-value --secret-binary fileb:///etc/munge/munge.key`).
+    """An existing parameter instead (its value: the conf server, or slurm.conf in file mode)."""
     munge_key_secret_arn: Annotated[str, _arn("secretsmanager", "secret:")] | None = None
-    # The resume program tags an instance after CreateFleet returns: wait this long for it.
+    """An existing secret with the munge key; None: the stack declares an empty one (put the key
+    with `aws secretsmanager put-secret-value --secret-binary fileb:///etc/munge/munge.key`)."""
     tag_wait_seconds: int = Field(default=600, ge=10, le=3600)
-    # The health gate (coreburst/burst/node_check.py): slurmd starts only after `coreburst burst
-    # node-check --gate` passed on the instance (GPUs, DCGM, EFA against the catalog). The
-    # image must carry coreburst (and nvidia-smi, dcgmi, fi_info); false skips the gate.
+    """The resume program tags an instance after CreateFleet returns: wait this long for it."""
     health_gate: bool = True
-    # Install slurmd and munge with apt-get when the image has none (the packaged Slurm must
-    # be within the controller's supported versions; bake them into the AMI to pin one).
+    """The health gate (coreburst/burst/node_check.py): slurmd starts only after `coreburst burst
+    node-check --gate` passed on the instance (GPUs, DCGM, EFA against the catalog). The image
+    must carry coreburst (and nvidia-smi, dcgmi, fi_info); false skips the gate."""
     install_packages: bool = True
+    """Install slurmd and munge with apt-get when the image has none (the packaged Slurm must be
+    within the controller's supported versions; bake them into the AMI to pin one)."""
 
     @model_validator(mode="after")
     def _source(self) -> BurstNode:
@@ -638,12 +641,12 @@ class OnPrem(_Model):
     hybrid link. The burst nodes' security group opens Slurm's ports to these blocks and no
     others (docs/burst.md lists each flow)."""
 
-    # The slurmctld hosts, primary and backup: slurmctld connects to slurmd and to an srun on a
-    # burst node; slurmd, slurmstepd and srun on a burst node connect to slurmctld.
     controller_cidrs: list[OnPremCidr] = Field(min_length=1)
-    # The hosts where users run srun or salloc for burst jobs (login nodes, core nodes): srun
-    # connects to slurmd on the burst nodes, their slurmstepd connects back to srun's ports.
+    """The slurmctld hosts, primary and backup: slurmctld connects to slurmd and to an srun on a
+    burst node; slurmd, slurmstepd and srun on a burst node connect to slurmctld."""
     core_cidrs: list[OnPremCidr] = []
+    """The hosts where users run srun or salloc for burst jobs (login nodes, core nodes): srun
+    connects to slurmd on the burst nodes, their slurmstepd connects back to srun's ports."""
 
     @model_validator(mode="after")
     def _distinct(self) -> OnPrem:
@@ -665,21 +668,21 @@ class SlurmNetwork(_Model):
     that are open. ``coreburst:burst`` holds them; infra reads them through :class:`BurstSection`,
     coreburst/burst/config.py through ``BurstSettings`` (both subclass this)."""
 
-    # How a burst node joins this controller (the user data reads it).
     node: BurstNode | None = None
+    """How a burst node joins this controller (the user data reads it)."""
     on_prem: OnPrem | None = None
-    # Rendered as SrunPortRange=: the ports srun listens on, on every host that runs it.
     srun_port_range: Annotated[str, AfterValidator(_srun_port_range)] = SRUN_PORT_RANGE
-    # The port slurmd on a burst node listens on. Slurm's default; set the site's SlurmdPort
-    # here if it has another (the fragment then gives each burst node Port=<it>).
+    """Rendered as SrunPortRange=: the ports srun listens on, on every host that runs it."""
     slurmd_port: int = Field(default=SLURMD_PORT, ge=1024, le=65535)
-    # Only for several slurmd on one machine (a lab): one Port= per cloud node from here.
+    """The port slurmd on a burst node listens on. Slurm's default; set the site's SlurmdPort here
+    if it has another (the fragment then gives each burst node Port=<it>)."""
     slurmd_port_base: int | None = Field(default=None, ge=1024, le=65000)
-    # The site's SlurmctldPort (a port or LOW-HIGH); default: the ports node.confServer names
-    # (6817 where it names none).
+    """Only for several slurmd on one machine (a lab): one Port= per cloud node from here."""
     slurmctld_port: (
         Annotated[str, BeforeValidator(_int_as_text), AfterValidator(_port_or_range)] | None
     ) = None
+    """The site's SlurmctldPort (a port or LOW-HIGH); default: the ports node.confServer names (6817
+    where it names none)."""
 
     @model_validator(mode="after")
     def _ports(self) -> SlurmNetwork:
@@ -763,10 +766,13 @@ class BurstSection(SlurmNetwork):
         populate_by_name=True,
         frozen=True,
         allow_inf_nan=False,
+        # Each field's docstring is its description: docs/reference/config.md is generated
+        # from them (python -m coreburst.docs_keys).
+        use_attribute_docstrings=True,
     )
 
-    # Instance tag holding the Slurm node name (the resume program sets it).
     node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = NODE_TAG_KEY
+    """Instance tag holding the Slurm node name (the resume program sets it)."""
 
     @model_validator(mode="after")
     def _node(self) -> BurstSection:
@@ -791,16 +797,15 @@ class StackConfig(_Model):
     clusters: list[Cluster] = Field(min_length=1)
     lustre: Lustre | None = None
     hybrid_link: HybridLink | None = None
-    # The smaller hybrid link: a Site-to-Site VPN with static routes (one of the two, not both).
     vpn: SiteToSiteVpn | None = None
+    """The smaller hybrid link: a Site-to-Site VPN with static routes (one of the two, not both)."""
     tags: CostTags
     budget: Budget
     checkpoints: CheckpointStore = CheckpointStore()
     guardrails: GuardrailsDeploy = GuardrailsDeploy()
-    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes (coreburst/burst/config.py)
-    # and
-    # how a burst node joins it (`node`: user data, its secret, parameter and IAM grants).
     burst: BurstSection | None = None
+    """`coreburst:burst`: how the on-prem Slurm reaches the burst nodes (coreburst/burst/config.py)
+    and how a burst node joins it (`node`: user data, its secret, parameter and IAM grants)."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:

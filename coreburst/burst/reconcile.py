@@ -87,45 +87,44 @@ class BurstReconcileConfig(StrictModel):
     on-prem Slurm's cloud nodes. Off unless switched on; it needs ``scontrol`` on this host."""
 
     enabled: bool = False
-    # The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>).
     stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    """The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>)."""
     stack_tag_key: str = STACK_TAG_KEY
     node_tag_key: str = NODE_TAG_KEY
-    # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
-    # At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh
-    # instance (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming
-    # must never look like an orphan.
     orphan_timeout: Annotated[timedelta, Between("11m", "1d")] = timedelta(minutes=15)
-    # Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
-    # Auto Scaling group members (tag aws:autoscaling:groupName) are never counted.
+    """An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
+    At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh instance
+    (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming must never
+    look like an orphan."""
     untagged_orphans: bool = True
-    # Where scontrol is (None: PATH) and which slurm.conf it reads (None: SLURM_CONF / default).
+    """Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
+    Auto Scaling group members (tag aws:autoscaling:groupName) are never counted."""
     slurm_bin_dir: Path | None = None
+    """Where scontrol is (None: PATH) and which slurm.conf it reads (None: SLURM_CONF / default)."""
     slurm_conf: Path | None = None
     slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
-    # Written (atomically) after every completed cycle; the resume program refuses to launch
-    # when it is stale (coreburst:burst.reconcilerHeartbeat).
     heartbeat_file: Path | None = None
-    # The resume program's audit log (coreburst:burst.auditLog). When set: a pool whose resume
-    # got InsufficientInstanceCapacity is held (a MAINT reservation) for capacity_backoff, and
-    # one with bootstrap_failures_before_protect resume-fail events within bootstrap_window is
-    # held until an operator deletes its coreburst-protect-<pool> reservation.
+    """Written (atomically) after every completed cycle; the resume program refuses to launch when
+    it is stale (coreburst:burst.reconcilerHeartbeat)."""
     burst_audit_log: Path | None = None
+    """The resume program's audit log (coreburst:burst.auditLog). When set: a pool whose resume got
+    InsufficientInstanceCapacity is held (a MAINT reservation) for capacity_backoff, and one with
+    bootstrap_failures_before_protect resume-fail events within bootstrap_window is held until an
+    operator deletes its coreburst-protect-<pool> reservation."""
     capacity_backoff: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
     bootstrap_failures_before_protect: int = Field(default=3, ge=1, le=1000)
     bootstrap_window: Annotated[timedelta, Between("10m", "7d")] = timedelta(hours=24)
-    # The spend scope (one of spend.scopes) the resume program's spend gate counts against:
-    # the gate (coreburst:burst.spendGate) reads it, its limits and state.path from this file,
-    # and this rule lifts the gate's holds (coreburst-spend-* reservations) once it has room.
-    # null: no gate.
     spend_scope: str | None = "account"
-    # A spend snapshot older than this is not trusted: the gate launches nothing, holds stay.
+    """The spend scope (one of spend.scopes) the resume program's spend gate counts against: the
+    gate (coreburst:burst.spendGate) reads it, its limits and state.path from this file, and this
+    rule lifts the gate's holds (coreburst-spend-* reservations) once it has room. null: no gate."""
     spend_snapshot_max_age: Annotated[timedelta, Between("1m", "1d")] = timedelta(hours=1)
-    # Spot to on-demand: a job pending in spot_partition only, for longer than this, also gets
-    # on_demand_partition (scontrol update jobid=N partition=spot,burst), so it runs on
-    # on-demand if spot has no capacity, once the resume program's spend gate approves the
-    # on-demand price. Off (jobs wait for spot) unless spot_fallback is true.
+    """A spend snapshot older than this is not trusted: the gate launches nothing, holds stay."""
     spot_fallback: bool = False
+    """Spot to on-demand: a job pending in spot_partition only, for longer than this, also gets
+    on_demand_partition (scontrol update jobid=N partition=spot,burst), so it runs on on-demand
+    if spot has no capacity, once the resume program's spend gate approves the on-demand price.
+    Off (jobs wait for spot) unless spot_fallback is true."""
     spot_fallback_after: Annotated[timedelta, Between("10s", "7d")] = timedelta(minutes=30)
     spot_partition: str = Field(default="spot", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
     on_demand_partition: str = Field(default="burst", pattern=r"^[A-Za-z0-9_.-]{1,64}$")

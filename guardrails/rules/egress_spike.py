@@ -31,10 +31,10 @@ from guardrails.timefmt import iso, parse_iso
 class EgressConfig(StrictModel):
     enabled: bool = True
     window: Annotated[timedelta, Between("5m", "1d")] = timedelta(hours=1)
-    # How often NetworkOut (and NAT bytes) is read, apart from the cycle (``interval``):
-    # GetMetricData bills per metric requested. Each read covers the whole span since the last
-    # one, so a spike is still found, up to ``every`` (plus the settling delay) later.
     every: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=15)
+    """How often NetworkOut (and NAT bytes) is read, apart from the cycle (``interval``):
+    GetMetricData bills per metric requested. Each read covers the whole span since the last one,
+    so a spike is still found, up to ``every`` (plus the settling delay) later."""
     daily_threshold_usd: float = Field(default=500.0, gt=0)
     spike_factor: float = Field(default=3.0, gt=1)
     baseline: Annotated[timedelta, Between("1h", "30d")] = timedelta(hours=24)

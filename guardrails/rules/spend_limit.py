@@ -41,16 +41,16 @@ from guardrails.timefmt import iso, parse_iso
 # -- params: the ``spend`` section ------------------------------------------------------------
 class ScopeConfig(StrictModel):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9:_.-]*$")
-    # No tag means the whole account.
     tag_key: str | None = None
+    """No tag means the whole account."""
     tag_value: str | None = None
     daily_limit_usd: float | None = Field(default=None, gt=0)
     monthly_limit_usd: float | None = Field(default=None, gt=0)
     enforce: bool = False
-    # Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
-    # scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost:
-    # shown in status and the spend messages, never counted against the limits above.
     slurm_accounts: list[str] = []
+    """Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
+    scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost: shown
+    in status and the spend messages, never counted against the limits above."""
 
     @model_validator(mode="after")
     def _slurm_accounts(self) -> ScopeConfig:
@@ -77,13 +77,13 @@ class SpendConfig(StrictModel):
     enabled: bool = True
     thresholds_percent: list[float] = [50.0, 80.0, 100.0]
     scopes: list[ScopeConfig] = [ScopeConfig(name="account")]
-    # "live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction.
     spot_price: Literal["live", "catalog-estimate"] = "live"
+    """"live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction."""
     cost_explorer: bool = True
-    # Cost Explorer bills each request and updates a few times a day.
     cost_explorer_refresh: Annotated[timedelta, Between("1h", "7d")] = timedelta(hours=6)
-    # Ports to price when DescribeConnections is not wanted (or not allowed); None = discover.
+    """Cost Explorer bills each request and updates a few times a day."""
     direct_connect_ports: list[DirectConnectPort] | None = None
+    """Ports to price when DescribeConnections is not wanted (or not allowed); None = discover."""
     include_lustre: bool = True
 
     @model_validator(mode="after")
