@@ -172,10 +172,16 @@ class _Model(BaseModel):
 
 
 class CostTags(_Model):
+    """``coreburst:tags``: the cost allocation tags put on every resource (cost-center, team,
+    project, environment)."""
     team: str = Field(min_length=1)
+    """The team that owns the stack (tag team)."""
     project: str = Field(min_length=1)
+    """The project it serves (tag project)."""
     cost_center: str = Field(min_length=1)
+    """The cost center billed (tag cost-center)."""
     environment: Literal["dev", "staging", "prod"]
+    """The environment (tag environment)."""
 
     def as_aws_tags(self) -> dict[str, str]:
         return {
@@ -187,8 +193,13 @@ class CostTags(_Model):
 
 
 class Capacity(_Model):
+    """How a cluster's instances are bought: on-demand, spot, an On-Demand Capacity Reservation or a
+    Capacity Block."""
     model: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]
+    """The capacity model; capacity-reservation and capacity-block need reservationId."""
     reservation_id: str | None = None
+    """The capacity reservation's id (cr- and 8-17 hex digits), for capacity-reservation and
+    capacity-block only."""
     availability_zone: str | None = None
     """The AZ the reservation/block lives in, when the config states it: it must match the cluster's
     AZ, or every launch fails."""
@@ -219,10 +230,16 @@ class Capacity(_Model):
 
 
 class Cluster(_Model):
+    """One cluster: its instance type, how many nodes and the capacity they run on."""
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
+    """The cluster's name: resource names, the Slurm pool and node names (<name>-<n>)."""
     instance_type: str
+    """An instance type of the catalog (coreburst/common/data/catalog.yaml)."""
     nodes: int = Field(ge=0, le=1000)
+    """How many instances the cluster runs (on a burst stack: how many Slurm cloud nodes it
+    declares)."""
     capacity: Capacity
+    """Where the instances' capacity comes from."""
     fallback_instance_types: list[str] = []
     """Types the burst resume program may launch instead, in order, when EC2 has no capacity for
     ``instanceType`` (CreateFleet Overrides). Same accelerator and count, so one Slurm node
@@ -233,9 +250,15 @@ class Cluster(_Model):
     placement_group: bool | None = None
     """None = decide from the capacity model (yes for self-bought capacity, never otherwise)."""
     efa: bool = True
+    """Attach EFA interfaces (the instance type's layout from the catalog); needs an EFA-capable
+    type."""
     ami_ssm_parameter: str | None = None
+    """The SSM parameter holding the AMI id (default: the catalog's parameter for the accelerator
+    kind, the AWS Deep Learning AMI)."""
     root_volume_gib: int = Field(default=512, ge=100, le=16_384)
+    """The gp3 root volume of each instance."""
     ssm_access: bool = True
+    """Attach AmazonSSMManagedInstanceCore to the node role (Session Manager, no SSH)."""
     per_device_metrics: bool = False
     """perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series (for
     `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by default
@@ -287,8 +310,12 @@ class Cluster(_Model):
 
 
 class Metadata(_Model):
+    """``coreburst:lustre.metadata``: how Metadata IOPS are provisioned."""
     mode: Literal["AUTOMATIC", "USER_PROVISIONED"] = "AUTOMATIC"
+    """AUTOMATIC sizes Metadata IOPS from the storage capacity; USER_PROVISIONED uses iops."""
     iops: int | None = None
+    """USER_PROVISIONED only: 1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000, not below
+    what AUTOMATIC would give."""
 
     @model_validator(mode="after")
     def _iops(self) -> Metadata:
@@ -310,11 +337,16 @@ class Metadata(_Model):
 
 
 class DataRepositoryAssociation(_Model):
+    """A link between a file system path and an S3 prefix (automatic import, and export when
+    ``export``)."""
     file_system_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*$")]
+    """The path in the file system (starts with /)."""
     data_repository_path: str
     """s3://bucket/prefix, or "checkpoints" for the stack's own checkpoint bucket."""
     events: list[Literal["NEW", "CHANGED", "DELETED"]] = ["NEW", "CHANGED", "DELETED"]
+    """The S3 events imported (and exported when export is true)."""
     export: bool = True
+    """Also export changes from the file system to S3."""
 
     @field_validator("data_repository_path")
     @classmethod
@@ -335,12 +367,20 @@ class DataRepositoryAssociation(_Model):
 
 
 class Lustre(_Model):
+    """``coreburst:lustre``: an FSx for Lustre file system, its throughput, metadata and S3 links."""
     storage_capacity_gib: int = Field(gt=0)
+    """Storage capacity: 1200 or a multiple of 2400 (an EFA-enabled PERSISTENT_2: a multiple of its
+    tier's increment)."""
     deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = "PERSISTENT_2"
+    """SCRATCH_2 (no replication) or PERSISTENT_2."""
     per_unit_storage_throughput: int | None = None
+    """PERSISTENT_2 only, and required there: 125, 250, 500 or 1000."""
     efa_enabled: bool = False
+    """PERSISTENT_2 only: clients reach the file system over EFA (EFA-capable clusters mount it so)."""
     metadata: Metadata | None = None
+    """PERSISTENT_2 only: the metadata configuration (default: AUTOMATIC)."""
     data_repository_associations: list[DataRepositoryAssociation] = []
+    """PERSISTENT_2 only: S3 links (at most 8, one per bucket, paths not nested)."""
 
     @model_validator(mode="after")
     def _rules(self) -> Lustre:
@@ -405,19 +445,33 @@ class Lustre(_Model):
 
 
 class DxConnection(_Model):
+    """One dedicated Direct Connect connection."""
     location: str = Field(min_length=3)
+    """The Direct Connect location code (e.g. EqDC2)."""
     bandwidth: Literal["1Gbps", "10Gbps", "100Gbps", "400Gbps"]
+    """The connection's port speed."""
     vlan: int = Field(ge=1, le=4094)
+    """The virtual interface's VLAN on this connection."""
 
 
 class HybridLink(_Model):
+    """``coreburst:hybridLink``: Direct Connect connections, a Direct Connect gateway and a private
+    or transit virtual interface per connection, BGP to on-prem."""
     connections: list[DxConnection] = Field(min_length=1)
+    """The dedicated connections, one per location (two locations for redundancy)."""
     customer_asn: Annotated[int, AfterValidator(_asn_private_or_public)]
+    """The on-prem router's BGP ASN."""
     amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] = 64_512
+    """The Direct Connect gateway's ASN: 64512-65534 or 4200000000-4294967294."""
     on_prem_prefixes: list[Cidr] = Field(min_length=1)
+    """The on-prem blocks reached over the link (none may overlap vpc.cidr)."""
     vif_type: Literal["private", "transit"] = "private"
+    """private: a virtual private gateway on the VPC; transit: a transit gateway."""
     mtu: int | None = None
+    """The virtual interfaces' MTU: 1500 or 9001 (private), 1500 or 8500 (transit); none: AWS's
+    default 1500."""
     macsec: bool = False
+    """Request MACsec on the connections and require encryption."""
     protect_association: bool = True
     """Replacing the gateway association cuts traffic to the data centre: protect it unless the
     operator opts out deliberately."""
@@ -475,9 +529,11 @@ class SiteToSiteVpn(_Model):
     guide, "Site-to-Site VPN quotas"): enough for Slurm's control traffic and modest data."""
 
     customer_gateway_ip: Annotated[str, AfterValidator(_gateway_ip)]
+    """The public IPv4 address of the on-prem VPN device."""
     customer_asn: int = Field(default=65_000, ge=1, le=2_147_483_647)
     """CreateCustomerGateway needs an ASN even for static routing; AWS's default is 65000."""
     amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] | None = None
+    """The virtual private gateway's ASN (none: AWS's default)."""
     on_prem_prefixes: list[OnPremCidr] = Field(min_length=1)
     """The on-prem blocks behind the device: one static route each, in the VPN connection and in the
     private route table."""
@@ -498,16 +554,26 @@ class ZoneSubnet(_Model):
     """A private subnet in another Availability Zone, for clusters that list that zone."""
 
     availability_zone: str
+    """Another zone of the stack's region (not availabilityZone itself)."""
     private_subnet_cidr: VpcCidr
+    """The private subnet's block in that zone, inside vpc.cidr and overlapping no other subnet."""
 
 
 class Vpc(_Model):
+    """``coreburst:vpc``: the stack's VPC, one private subnet (the nodes, the file system) and one
+    public subnet (the NAT gateway) in ``availabilityZone``, plus private subnets in
+    ``extraZones``."""
     cidr: VpcCidr = "10.64.0.0/16"
+    """The VPC's IPv4 block, /16 to /28."""
     private_subnet_cidr: VpcCidr = "10.64.0.0/18"
+    """The private subnet in availabilityZone (nodes, file system), inside cidr."""
     public_subnet_cidr: VpcCidr = "10.64.192.0/24"
+    """The public subnet holding the NAT gateway, inside cidr."""
     extra_zones: list[ZoneSubnet] = []
     """Private subnets in other zones (burst capacity fallback across zones, Cluster.zones)."""
     nat_gateway: bool = True
+    """A NAT gateway for the private subnets' outbound internet access (package installs, AWS APIs
+    without endpoints)."""
     interface_endpoints: bool = False
     """SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics without a
     NAT path."""
@@ -539,25 +605,36 @@ class Vpc(_Model):
 
 
 class Budget(_Model):
+    """``coreburst:budget``: a monthly AWS Budget filtered by the stack's cost tags, with
+    actual-spend alerts and a forecast alert."""
     monthly_usd: float = Field(gt=0)
+    """The monthly budget."""
     thresholds_percent: list[Annotated[float, Field(gt=0, le=1000)]] = [50, 80, 100]
+    """Actual-spend alerts at these percentages of monthlyUsd (an SNS topic and notifyEmails)."""
     notify_emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")]] = []
+    """Addresses AWS Budgets emails at each threshold (besides the SNS topic)."""
 
 
 class CheckpointStore(_Model):
+    """``coreburst:checkpoints``: the stack's versioned S3 bucket for checkpoints."""
     noncurrent_version_days: int = Field(default=30, ge=1)
+    """Delete a checkpoint's older versions this many days after a newer one replaced them."""
     expire_after_days: int | None = Field(default=None, ge=1)
+    """Delete checkpoints this many days after they were written (none: keep them)."""
 
 
 class GuardrailsDeploy(_Model):
     """The guardrail daemon deployed into the stack as a scheduled Lambda."""
 
     enabled: bool = False
+    """Deploy the daemon (a Lambda run on schedule; its role gets exactly the rules' permissions)."""
     schedule: str = Field(default="rate(1 minute)", pattern=r"^(rate|cron)\(.+\)$")
+    """How often the Lambda runs: an EventBridge Scheduler rate() or cron() expression."""
     rules: list[str] | None = None
     """Rules the deployed daemon runs and its role gets permissions for (one list for both); None =
     every registered rule. ``inventory`` is always included."""
     dry_run: bool = True
+    """The deployed daemon only reports what it would do."""
 
 
 def _conf_server(value: str) -> str:
@@ -793,16 +870,26 @@ class BurstSection(SlurmNetwork):
 class StackConfig(_Model):
     region: Annotated[str, AfterValidator(aws_region)]
     availability_zone: str
+    """The Availability Zone of the private subnet, the clusters and the file system: the region's
+    name plus one letter."""
     vpc: Vpc = Vpc()
     clusters: list[Cluster] = Field(min_length=1)
+    """The GPU/accelerator clusters: each one an Auto Scaling group and launch template (on a burst
+    stack, a pool of Slurm cloud nodes)."""
     lustre: Lustre | None = None
+    """An FSx for Lustre file system in availabilityZone (none: no shared file system)."""
     hybrid_link: HybridLink | None = None
+    """A Direct Connect link to on-prem (one of hybridLink and vpn, not both)."""
     vpn: SiteToSiteVpn | None = None
     """The smaller hybrid link: a Site-to-Site VPN with static routes (one of the two, not both)."""
     tags: CostTags
+    """The cost allocation tags every resource carries."""
     budget: Budget
+    """The stack's AWS Budget and its alerts."""
     checkpoints: CheckpointStore = CheckpointStore()
+    """The checkpoint bucket's lifecycle."""
     guardrails: GuardrailsDeploy = GuardrailsDeploy()
+    """The guardrails daemon deployed into the stack as a scheduled Lambda."""
     burst: BurstSection | None = None
     """`coreburst:burst`: how the on-prem Slurm reaches the burst nodes (coreburst/burst/config.py)
     and how a burst node joins it (`node`: user data, its secret, parameter and IAM grants)."""

@@ -89,7 +89,9 @@ class CapacityBlockWindow(_Model):
     reservation so no job powers them up."""
 
     start: datetime
+    """When the block's instances may start (UTC, ISO 8601)."""
     end: datetime | None = None
+    """When the block ends (none: not known; the nodes are held after it)."""
 
 
 class SpendGate(_Model):
@@ -176,24 +178,40 @@ class BurstSettings(SlurmNetwork):
     core_nodes: Hostlist | None = None
     """The on-prem nodes (a Slurm hostlist): never suspended, ordered first through partitions."""
     core_partition: SafeValue = "core"
+    """The site's own partition of the core nodes (named in the rendered comments; the fragment does
+    not declare it)."""
     burst_partition: SafeValue = "burst"
+    """The partition of on-demand and capacity-reservation pools."""
     spot_partition: SafeValue = "spot"
+    """The partition of spot pools."""
     block_partition: SafeValue = "block"
+    """The partition of Capacity Block pools."""
     max_time: SlurmTime = "7-00:00:00"
-    """The seed rule: runs over a week stay on-prem (burst partitions refuse longer limits)."""
+    """MaxTime of the burst and block partitions: a job with a longer time limit stays on the
+    core (the seed rule: runs over a week stay on-prem). The spend gate prices a node for at
+    most this long."""
     spot_max_time: SlurmTime = "7-00:00:00"
+    """MaxTime of the spot partition (a spot node may be interrupted; a shorter limit loses less
+    work)."""
     resume_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume"
-    """Programs slurmctld runs (as SlurmUser) with a hostlist argument."""
+    """ResumeProgram: the program slurmctld runs (as SlurmUser, with a hostlist argument) to
+    start nodes; `coreburst burst install` writes it there."""
     suspend_program: SafeValue = "/usr/local/sbin/coreburst-burst-suspend"
+    """SuspendProgram: ends the instances of the nodes Slurm powers down."""
     resume_fail_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume-fail"
+    """ResumeFailProgram: ends the instance of a node that did not register within ResumeTimeout."""
     agent_socket: Path | None = None
     """The burst agent's socket (coreburst burst agent --socket): when set, the rendered programs
     ask that warm process to run them (coreburst/burst/fast.py) and run directly if it is down."""
     suspend_time: int = Field(default=600, ge=1)
-    """Seconds. A GPU instance needs minutes to boot and register."""
+    """SuspendTime: a burst node idle this long is powered down (its instance ended)."""
     resume_timeout: int = Field(default=1800, ge=1)
+    """ResumeTimeout (and BatchStartTimeout): how long a node has from resume to registering with
+    slurmctld."""
     suspend_timeout: int = Field(default=120, ge=1)
+    """SuspendTimeout: how long a powered-down node stays unavailable after SuspendProgram."""
     power_save_interval: int = Field(default=10, ge=1)
+    """SlurmctldParameters power_save_interval: how often slurmctld runs its power saving logic."""
     memory_fraction: float = Field(default=0.95, gt=0, le=1)
     """Fraction of the instance's memory declared as RealMemory: the OS and drivers keep some, and a
     node that reports less than its RealMemory is set INVALID."""
@@ -204,6 +222,9 @@ class BurstSettings(SlurmNetwork):
     """How slurmctld reaches a resumed node: the instance's private IP (set by the resume program),
     or the address the node registers from (SlurmctldParameters=cloud_reg_addrs)."""
     capacity_blocks: dict[str, CapacityBlockWindow] = {}
+    """The dates of each capacity-block cluster's block, by cluster name: its nodes are held in a
+    maintenance reservation outside them (reservations.sh). A block cluster left out is held
+    until an operator lifts it."""
     capacity_backoff_s: int = Field(default=600, ge=10)
     """Seconds an (instance type, zone) choice that got a capacity error is not offered to EC2
     again; when every choice of a pool is out, the pool is held (a MAINT reservation
@@ -211,6 +232,8 @@ class BurstSettings(SlurmNetwork):
     log_file: Path = Path("/var/log/coreburst/burst-power.log")
     """Logs of the power programs (slurmctld discards their stdout and stderr)."""
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")
+    """The power programs' JSON-lines audit log (launches, failures, holds); the guardrails daemon's
+    burst_reconcile.burst_audit_log reads it."""
     node_tag_key: str = NODE_TAG_KEY
     """Instance tag holding the Slurm node name."""
     claims_file: Path | None = None
@@ -222,7 +245,9 @@ class BurstSettings(SlurmNetwork):
     guardrails.yaml). When set, resume launches nothing while it is older than heartbeatIntervals
     x reconcilerIntervalS: nobody would clean up what it launches."""
     reconciler_interval_s: int = Field(default=60, ge=10)
+    """The daemon's cycle (its interval) the heartbeat is judged against."""
     heartbeat_intervals: int = Field(default=3, ge=1)
+    """How many cycles the heartbeat may miss before resume refuses to launch."""
 
 
 class BurstStack(BaseModel):
