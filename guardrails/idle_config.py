@@ -23,8 +23,11 @@ class MetricConfig(StrictModel):
     accelerator it has is covered."""
 
     namespace: str
+    """The CloudWatch namespace."""
     metric_name: str
+    """The metric's name."""
     device_dimension: str
+    """The dimension that names the device (beside InstanceId)."""
     rollup: bool = True
     """Decide from the per-instance rollup (the same metric under InstanceId alone: Maximum and
     SampleCount per period, plus Minimum with ``idle.report_partial_idle``;
@@ -73,7 +76,10 @@ def _merge_metrics(value: Any) -> Any:
 
 
 class IdleConfig(StrictModel):
+    """``idle``: when a node's accelerators count as idle, from CloudWatch utilization."""
+
     threshold_percent: float = Field(default=5.0, gt=0, le=100)
+    """Every accelerator of a node below this utilization (percent) for ``window``: idle."""
     window: Annotated[timedelta, Between("5m", "7d")] = timedelta(minutes=30)
     """How long a node must stay below the threshold to count as idle."""
     period: Annotated[timedelta, Between("1m", "1h")] = timedelta(minutes=1)
@@ -83,6 +89,8 @@ class IdleConfig(StrictModel):
     """Longest tolerated hole in a series, including at the window's start and before "now"; at
     least one period and at most the window."""
     series_discovery: Literal["list-metrics", "telemetry"] = "list-metrics"
+    """How the utilization series are found: list-metrics (ListMetrics, exact dimension sets) or
+    telemetry (every device the catalog says the type has, without ListMetrics)."""
     series_refresh: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
     """How long a ListMetrics answer is reused; an instance that was not running when it was taken
     triggers a fresh one at once."""
@@ -112,6 +120,8 @@ class IdleConfig(StrictModel):
     metrics: Annotated[dict[AcceleratorKind, MetricConfig], BeforeValidator(_merge_metrics)] = (
         Field(default_factory=_default_metrics)
     )
+    """Where each accelerator family's utilization is read (nvidia, neuron); merges into the
+    defaults key by key."""
     neuron_lnc: int | None = Field(default=None, ge=1)
     """Logical NeuronCore size (LNC) of the Trainium nodes, fleet-wide; None = the catalog's default
     for each type (trn2: 2, so 64 series per trn2.48xlarge). A node's ``coreburst:neuron-lnc``
@@ -132,20 +142,35 @@ class IdleConfig(StrictModel):
 
 class TagSelector(StrictModel):
     key: str
+    """The tag key."""
     values: list[str] = Field(min_length=1)
+    """The tag values that protect."""
 
 
 class ProtectedConfig(StrictModel):
+    """``reclaim.protected``: nodes never reclaimed, by Auto Scaling group or by tag."""
+
     asg_names: list[str] = []
+    """Auto Scaling groups whose instances are never reclaimed."""
     tag_selectors: list[TagSelector] = []
+    """Instances carrying one of these tags with one of its values are never reclaimed."""
 
 
 class ReclaimConfig(StrictModel):
+    """``reclaim``: what happens to an idle node: marked, its owner told, then stopped or scaled in
+    after the grace."""
+
     enabled: bool = True
+    """Act on idle nodes (false: report them only)."""
     grace: Annotated[timedelta, Between("5m", "30d")] = timedelta(hours=1)
     """Time between marking a node idle (and telling its owner) and acting on it."""
     mark_tag: str = "coreburst:idle-since"
+    """The tag that records when a node was marked idle."""
     exempt_tag: str = "coreburst:exempt-until"
+    """A node tagged with this and a date (YYYY-MM-DD) is left alone until then."""
     max_exemption: Annotated[timedelta, Between("1h", "365d")] = timedelta(days=30)
+    """An exemption dated further ahead than this is ignored (the message says so)."""
     owner_tags: list[str] = ["owner", "team", "project", "cost-center"]
+    """The tags that name a node's owner, in order (the first present wins): whom messages address."""
     protected: ProtectedConfig = ProtectedConfig()
+    """Nodes never reclaimed."""

@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from coreburst.burst.hostlist import HostlistError, expand
 from coreburst.common.catalog import load_catalog
-from coreburst.common.names import NODE_TAG_KEY
+from coreburst.common.names import CAPACITY_BACKOFF_S, NODE_TAG_KEY
 from coreburst.common.textio import read_text
 from infra.config import SlurmNetwork, StackConfig, StackConfigError, parse_stack_config
 
@@ -225,10 +225,12 @@ class BurstSettings(SlurmNetwork):
     """The dates of each capacity-block cluster's block, by cluster name: its nodes are held in a
     maintenance reservation outside them (reservations.sh). A block cluster left out is held
     until an operator lifts it."""
-    capacity_backoff_s: int = Field(default=600, ge=10)
+    capacity_backoff_s: int = Field(default=CAPACITY_BACKOFF_S, ge=10)
     """Seconds an (instance type, zone) choice that got a capacity error is not offered to EC2
     again; when every choice of a pool is out, the pool is held (a MAINT reservation
-    coreburst-backoff-<pool>-<ms>) as long, so its jobs start elsewhere at once."""
+    coreburst-backoff-<pool>-<ms>) as long, so its jobs start elsewhere at once. The one capacity
+    back-off: the resume program writes it into each failure it audits, and the guardrails
+    daemon's burst-reconcile rule holds a pool after a capacity error for as long."""
     log_file: Path = Path("/var/log/coreburst/burst-power.log")
     """Logs of the power programs (slurmctld discards their stdout and stderr)."""
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")

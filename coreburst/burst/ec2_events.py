@@ -55,6 +55,7 @@ class BurstHealthConfig(StrictModel):
     stack, tag keys and Slurm settings."""
 
     enabled: bool = False
+    """Run the burst-health rule."""
     event_margin: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
     """A job still on the node this long before the event's NotBefore is requeued (the node is
     powered down by force); until then it may finish on the drained node."""

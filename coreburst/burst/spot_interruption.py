@@ -64,11 +64,13 @@ class SpotInterruptionConfig(StrictModel):
     node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
 
     enabled: bool = False
+    """Run the spot-interruption rule."""
     queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
     """The SQS queue the stack's EventBridge rules deliver both events to (queue
     guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing to
     read."""
     max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
+    """SQS receives per cycle, of up to 10 messages each."""
     dry_run: bool = False
     """Report only (audit and Slack), even when the daemon acts (dry_run: false)."""
     signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT", "XCPU"] | None = "USR1"

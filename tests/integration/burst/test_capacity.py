@@ -65,7 +65,7 @@ def _guardrails_yaml(lab: BurstLab, extra: str = "") -> Path:
         f'state: {{path: "{d}/g.sqlite", audit_log: "{d}/log/g-audit.jsonl"}}\n'
         "metrics_endpoint: {enabled: false}\n"
         f'safety: {{kill_switch_file: "{d}/stop"}}\n'
-        "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, capacity_backoff: 10m, "
+        "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, "
         f"{extra}"
         f'slurm_conf: "{lab.slurm.conf}", burst_audit_log: "{d}/log/burst-audit.jsonl"}}\n'
     )
