@@ -117,7 +117,7 @@ def _bounds(meta: list[Any]) -> str:
 def _type_name(annotation: Any, meta: list[Any] | None = None) -> str:
     bare, more = _unwrap(annotation)
     meta = [*(meta or []), *more]
-    bare, optional = _optional(bare)
+    bare, _ = _optional(bare)
     bare, more = _unwrap(bare)
     meta += more
     origin = get_origin(bare)
@@ -250,7 +250,8 @@ def walk(
         models = [sub] if sub else _models_in(f.annotation)
         if not models:
             continue
-        inner = key + ("[]" if _is_list(f.annotation) else ".<name>" if _is_dict(f.annotation) else "")
+        suffix = "[]" if _is_list(f.annotation) else ".<name>" if _is_dict(f.annotation) else ""
+        inner = key + suffix
         yield from walk(models[0], inner, ".", camel, replace)
 
 
@@ -276,8 +277,10 @@ def _example(examples: list[tuple[str, Any]], key: str, is_section: bool) -> str
         return ""
     for _, doc in examples:
         v = _lookup(doc, key)
-        if v is not None and not isinstance(v, dict) and not (
-            isinstance(v, list) and v and isinstance(v[0], dict)
+        if (
+            v is not None
+            and not isinstance(v, dict)
+            and not (isinstance(v, list) and v and isinstance(v[0], dict))
         ):
             return _text(v)
     return ""
@@ -290,8 +293,16 @@ def _stack_examples(root: Path) -> list[tuple[str, Any]]:
         if not path.is_file():
             continue
         config = (yaml.safe_load(path.read_text()) or {}).get("config", {})
-        out.append((name, {"coreburst:" + k.split(":", 1)[1]: v for k, v in config.items()
-                           if k.startswith("coreburst:")}))
+        out.append(
+            (
+                name,
+                {
+                    "coreburst:" + k.split(":", 1)[1]: v
+                    for k, v in config.items()
+                    if k.startswith("coreburst:")
+                },
+            )
+        )
     return out
 
 
@@ -300,6 +311,7 @@ def _rows(
     prefix: str,
     sep: str,
     camel: bool,
+    *,
     examples: list[tuple[str, Any]],
     replace: dict[str, type[BaseModel]] | None = None,
 ) -> list[Row]:
@@ -314,9 +326,9 @@ def _rows(
                 default=_default(f) if not sub else "none",
                 unit=_unit(key, f.annotation),
                 example=_example(examples, key, is_section and not _is_dict(f.annotation)),
-                description=_description(f, owner) if not sub else " ".join(
-                    (sub.__doc__ or "").split()
-                ),
+                description=_description(f, owner)
+                if not sub
+                else " ".join((sub.__doc__ or "").split()),
             )
         )
     return rows
@@ -330,7 +342,12 @@ def stack_rows(root: Path | None = None) -> list[Row]:
 
     examples = _stack_examples(root or Path.cwd())
     rows = _rows(
-        StackConfig, "coreburst", ":", True, examples, {"coreburst:burst": BurstSettings}
+        StackConfig,
+        "coreburst",
+        ":",
+        True,
+        examples=examples,
+        replace={"coreburst:burst": BurstSettings},
     )
     return [r for r in rows if r.key != "coreburst:region"]
 
@@ -341,7 +358,7 @@ def daemon_rows(root: Path | None = None) -> list[Row]:
 
     path = (root or Path.cwd()) / DAEMON_EXAMPLE
     examples = [(DAEMON_EXAMPLE, yaml.safe_load(path.read_text()))] if path.is_file() else []
-    return _rows(typing.cast(type[BaseModel], GuardrailsConfig), "", ".", False, examples)
+    return _rows(typing.cast(type[BaseModel], GuardrailsConfig), "", ".", False, examples=examples)
 
 
 def _cell(text: str) -> str:

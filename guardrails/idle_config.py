@@ -171,6 +171,7 @@ class ReclaimConfig(StrictModel):
     max_exemption: Annotated[timedelta, Between("1h", "365d")] = timedelta(days=30)
     """An exemption dated further ahead than this is ignored (the message says so)."""
     owner_tags: list[str] = ["owner", "team", "project", "cost-center"]
-    """The tags that name a node's owner, in order (the first present wins): whom messages address."""
+    """The tags that name a node's owner, in order (the first present wins): whom messages
+    address."""
     protected: ProtectedConfig = ProtectedConfig()
     """Nodes never reclaimed."""

@@ -367,7 +367,8 @@ class DataRepositoryAssociation(_Model):
 
 
 class Lustre(_Model):
-    """``coreburst:lustre``: an FSx for Lustre file system, its throughput, metadata and S3 links."""
+    """``coreburst:lustre``: an FSx for Lustre file system, its throughput, metadata and S3
+    links."""
     storage_capacity_gib: int = Field(gt=0)
     """Storage capacity: 1200 or a multiple of 2400 (an EFA-enabled PERSISTENT_2: a multiple of its
     tier's increment)."""
@@ -376,7 +377,8 @@ class Lustre(_Model):
     per_unit_storage_throughput: int | None = None
     """PERSISTENT_2 only, and required there: 125, 250, 500 or 1000."""
     efa_enabled: bool = False
-    """PERSISTENT_2 only: clients reach the file system over EFA (EFA-capable clusters mount it so)."""
+    """PERSISTENT_2 only: clients reach the file system over EFA (EFA-capable clusters mount it
+    so)."""
     metadata: Metadata | None = None
     """PERSISTENT_2 only: the metadata configuration (default: AUTOMATIC)."""
     data_repository_associations: list[DataRepositoryAssociation] = []
@@ -627,7 +629,8 @@ class GuardrailsDeploy(_Model):
     """The guardrail daemon deployed into the stack as a scheduled Lambda."""
 
     enabled: bool = False
-    """Deploy the daemon (a Lambda run on schedule; its role gets exactly the rules' permissions)."""
+    """Deploy the daemon (a Lambda run on schedule; its role gets exactly the rules'
+    permissions)."""
     schedule: str = Field(default="rate(1 minute)", pattern=r"^(rate|cron)\(.+\)$")
     """How often the Lambda runs: an EventBridge Scheduler rate() or cron() expression."""
     rules: list[str] | None = None

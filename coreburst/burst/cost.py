@@ -7,7 +7,8 @@ instead is the price of one node-hour per pool, what the whole pool costs per ho
 node runs, and the largest projection the spend gate can be asked to approve (every node of
 the pool for its partition's MaxTime): the same arithmetic as the gate (coreburst/burst/gate.py
 ``Gate.check``: nodes x $/h x time limit, instance price only), at the same rate: a pool with
-fallback types is priced at the dearest type it may launch as (:func:`node_rate`). A price the catalog
+fallback types is priced at the dearest type it may launch as (:func:`node_rate`). A price
+the catalog
 lacks raises :class:`coreburst.common.pricing.UnpricedError`: it is never shown as zero.
 
     >>> from coreburst.burst.config import parse_burst
