@@ -18,7 +18,7 @@ from coreburst.burst.cost import pool_rates
 from coreburst.burst.gate import Gate
 from coreburst.burst.slurmconf import node_set_of
 from coreburst.common.catalog import load_catalog
-from coreburst.plan import _burst_rows, build_report
+from coreburst.plan import build_report, to_json, to_markdown
 from guardrails.stores.sqlite import State
 from tests.helpers.burst import stack_map, with_on_prem
 
@@ -97,8 +97,9 @@ def test_the_plan_says_which_type_it_priced(tmp_path: Path) -> None:
     config = with_on_prem(stack_map([POOL], {**_burst(tmp_path), "node": {"confServer": "c"}}))
     (root / "Pulumi.fb.yaml").write_text(yaml.safe_dump({"config": config}))
     report = build_report("fb", root=root)
-    assert report.burst is not None
-    (row,) = _burst_rows(report.burst)
-    assert row[2] == (
+    assert (
         "4 x p5.48xlarge on-demand (priced as p5e.48xlarge, the dearest type it may launch)"
+        in to_markdown(report)
     )
+    (pool,) = to_json(report)["burst"]["pools"]
+    assert (pool["instanceType"], pool["pricedAs"]) == ("p5.48xlarge", "p5e.48xlarge")
