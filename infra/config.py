@@ -174,6 +174,7 @@ class _Model(BaseModel):
 class CostTags(_Model):
     """``coreburst:tags``: the cost allocation tags put on every resource (cost-center, team,
     project, environment)."""
+
     team: str = Field(min_length=1)
     """The team that owns the stack (tag team)."""
     project: str = Field(min_length=1)
@@ -195,6 +196,7 @@ class CostTags(_Model):
 class Capacity(_Model):
     """How a cluster's instances are bought: on-demand, spot, an On-Demand Capacity Reservation or a
     Capacity Block."""
+
     model: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]
     """The capacity model; capacity-reservation and capacity-block need reservationId."""
     reservation_id: str | None = None
@@ -231,6 +233,7 @@ class Capacity(_Model):
 
 class Cluster(_Model):
     """One cluster: its instance type, how many nodes and the capacity they run on."""
+
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
     """The cluster's name: resource names, the Slurm pool and node names (<name>-<n>)."""
     instance_type: str
@@ -311,6 +314,7 @@ class Cluster(_Model):
 
 class Metadata(_Model):
     """``coreburst:lustre.metadata``: how Metadata IOPS are provisioned."""
+
     mode: Literal["AUTOMATIC", "USER_PROVISIONED"] = "AUTOMATIC"
     """AUTOMATIC sizes Metadata IOPS from the storage capacity; USER_PROVISIONED uses iops."""
     iops: int | None = None
@@ -339,6 +343,7 @@ class Metadata(_Model):
 class DataRepositoryAssociation(_Model):
     """A link between a file system path and an S3 prefix (automatic import, and export when
     ``export``)."""
+
     file_system_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*$")]
     """The path in the file system (starts with /)."""
     data_repository_path: str
@@ -369,6 +374,7 @@ class DataRepositoryAssociation(_Model):
 class Lustre(_Model):
     """``coreburst:lustre``: an FSx for Lustre file system, its throughput, metadata and S3
     links."""
+
     storage_capacity_gib: int = Field(gt=0)
     """Storage capacity: 1200 or a multiple of 2400 (an EFA-enabled PERSISTENT_2: a multiple of its
     tier's increment)."""
@@ -448,6 +454,7 @@ class Lustre(_Model):
 
 class DxConnection(_Model):
     """One dedicated Direct Connect connection."""
+
     location: str = Field(min_length=3)
     """The Direct Connect location code (e.g. EqDC2)."""
     bandwidth: Literal["1Gbps", "10Gbps", "100Gbps", "400Gbps"]
@@ -459,6 +466,7 @@ class DxConnection(_Model):
 class HybridLink(_Model):
     """``coreburst:hybridLink``: Direct Connect connections, a Direct Connect gateway and a private
     or transit virtual interface per connection, BGP to on-prem."""
+
     connections: list[DxConnection] = Field(min_length=1)
     """The dedicated connections, one per location (two locations for redundancy)."""
     customer_asn: Annotated[int, AfterValidator(_asn_private_or_public)]
@@ -565,6 +573,7 @@ class Vpc(_Model):
     """``coreburst:vpc``: the stack's VPC, one private subnet (the nodes, the file system) and one
     public subnet (the NAT gateway) in ``availabilityZone``, plus private subnets in
     ``extraZones``."""
+
     cidr: VpcCidr = "10.64.0.0/16"
     """The VPC's IPv4 block, /16 to /28."""
     private_subnet_cidr: VpcCidr = "10.64.0.0/18"
@@ -609,6 +618,7 @@ class Vpc(_Model):
 class Budget(_Model):
     """``coreburst:budget``: a monthly AWS Budget filtered by the stack's cost tags, with
     actual-spend alerts and a forecast alert."""
+
     monthly_usd: float = Field(gt=0)
     """The monthly budget."""
     thresholds_percent: list[Annotated[float, Field(gt=0, le=1000)]] = [50, 80, 100]
@@ -619,6 +629,7 @@ class Budget(_Model):
 
 class CheckpointStore(_Model):
     """``coreburst:checkpoints``: the stack's versioned S3 bucket for checkpoints."""
+
     noncurrent_version_days: int = Field(default=30, ge=1)
     """Delete a checkpoint's older versions this many days after a newer one replaced them."""
     expire_after_days: int | None = Field(default=None, ge=1)
