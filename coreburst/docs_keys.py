@@ -31,7 +31,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-import annotated_types as at
 import yaml
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -101,8 +100,9 @@ def _bounds(meta: list[Any]) -> str:
             ("lt", "below"),
             ("min_length", "at least {} item(s)"),
         ):
+            # annotated_types' Ge, Gt, Le, Lt, MinLen (what Field(ge=...) puts in metadata)
             value = getattr(m, attr, None)
-            if value is None or not isinstance(m, at.BaseMetadata | FieldInfo):
+            if not isinstance(value, int | float) or isinstance(value, bool):
                 continue
             parts.append(word.format(value) if "{}" in word else f"{word} {value}")
         low, high = getattr(m, "low", None), getattr(m, "high", None)

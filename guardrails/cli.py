@@ -654,53 +654,6 @@ def org_scan(
         raise typer.Exit(1)
 
 
-@app.command("iam-policy")
-def iam_policy(
-    stack: Annotated[
-        str, typer.Option(help="The Pulumi stack whose resources (tag coreburst-stack) it acts on.")
-    ],
-    region: Annotated[str, typer.Option(help="The stack's region (its queues); * for any.")] = "*",
-    account: Annotated[
-        str, typer.Option(help="The stack's 12-digit AWS account id; * when not given.")
-    ] = "*",
-    rule: Annotated[
-        list[str] | None, typer.Option(help="A rule the daemon runs (repeat); default: all.")
-    ] = None,
-) -> None:
-    """Print the IAM policy (JSON) for a guardrails daemon run on-prem with its own AWS
-    credentials: what its rules declare, writes only on the stack's tagged resources, the
-    stack's spot events queue (and budget queue) only; no DynamoDB, Secrets Manager or Logs.
-
-    $ coreburst guardrails iam-policy --stack burst --region us-east-1 > onprem-guardrails.json
-    """
-    import json
-    import re
-
-    from coreburst.common.names import STACK_TAG_KEY
-    from guardrails.rules import REGISTRY
-    from infra.guardrails_iam import onprem_policy_document
-
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}", stack):
-        raise fail(f"--stack: {stack!r} is not a stack name (letters, digits, . _ -)")
-    if region != "*" and not re.fullmatch(r"[a-z]{2}(-[a-z]+)+-\d", region):
-        raise fail(f"--region: {region!r} is not an AWS region (e.g. us-east-1) or *")
-    names = sorted(REGISTRY) if not rule else sorted({"inventory", *rule})
-    unknown = [n for n in names if n not in REGISTRY]
-    if unknown:
-        raise fail(f"--rule: unknown rule(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
-    try:
-        doc = onprem_policy_document(
-            {n: REGISTRY[n].iam_actions for n in names},
-            STACK_TAG_KEY,
-            stack,
-            region=region,
-            account=account,
-        )
-    except ValueError as exc:
-        raise fail(f"--account: {exc}") from None
-    typer.echo(json.dumps(doc, indent=2))
-
-
 def main(*, clock: Clock | None = None, pause: Callable[[str], None] | None = None) -> None:
     """Run the CLI. ``clock`` and ``pause`` replace the runtime's (test harnesses only;
     ``python -m guardrails`` passes neither: the system clock, no pause)."""

@@ -1,5 +1,5 @@
 """The IAM policy for a guardrails daemon run on-prem with its own credentials (issue 32 item 4):
-generated from what the registered rules declare (``coreburst guardrails iam-policy``),
+generated from what the registered rules declare (``coreburst burst guardrails-iam-policy``),
 committed as docs/iam/onprem-guardrails.json, and linted by parliament
 (https://github.com/duo-labs/parliament) with its community auditors, as the Lambda's role
 policy is (tests/unit/infra/test_guardrails_component.py)."""
@@ -14,13 +14,13 @@ import pytest
 from parliament import analyze_policy_string
 from typer.testing import CliRunner
 
-from guardrails import cli
+from coreburst.burst import cli
 from guardrails.rules import REGISTRY
 from infra.guardrails_iam import is_read_action
 
 ROOT = Path(__file__).resolve().parents[3]
 COMMITTED = ROOT / "docs" / "iam" / "onprem-guardrails.json"
-ARGS = ["iam-policy", "--stack", "burst", "--region", "us-east-1"]
+ARGS = ["guardrails-iam-policy", "--stack", "burst", "--stack-dir", str(ROOT)]
 # Writes on "*" are limited by the aws:ResourceTag/coreburst-stack condition on the same
 # statement (asserted below); parliament's RESOURCE_STAR check does not read conditions.
 KNOWN_FALSE_POSITIVES = {"RESOURCE_STAR"}
@@ -34,8 +34,8 @@ def test_the_committed_policy_is_the_generated_one() -> None:
     r = _generate(*ARGS)
     assert r.exit_code == 0, r.output
     assert COMMITTED.read_text() == r.output, (
-        "docs/iam/onprem-guardrails.json is stale: run `coreburst guardrails iam-policy "
-        "--stack burst --region us-east-1 > docs/iam/onprem-guardrails.json`"
+        "docs/iam/onprem-guardrails.json is stale: run `coreburst burst guardrails-iam-policy "
+        "--stack burst > docs/iam/onprem-guardrails.json`"
     )
 
 
@@ -88,13 +88,10 @@ def test_one_rule_gets_its_own_actions_and_the_inventory() -> None:
     [
         (["--account", "12"], "error: --account: '12' is not a 12-digit AWS account id (or *)"),
         (["--rule", "gpu-melter"], "error: --rule: unknown rule(s) gpu-melter; known: "),
-        (
-            ["--region", "mars"],
-            "error: --region: 'mars' is not an AWS region (e.g. us-east-1) or *",
-        ),
+        (["--stack", "nope"], "error: no stack 'nope': "),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args: list[str], message: str) -> None:
-    r = _generate("iam-policy", "--stack", "burst", *args)
+    r = _generate(*ARGS, *args)
     assert r.exit_code == 2
     assert r.output.startswith(message) and r.output.count("\n") == 1, r.output
