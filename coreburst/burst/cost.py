@@ -72,8 +72,6 @@ class PoolRate:
     cluster: str
     partition: str
     instance_type: str
-    # The type the node is priced as: the dearest it may launch as (fallbacks included).
-    priced_type: str
     market: str
     nodes: int
     instance_usd_per_node_hour: float  # what the spend gate counts
@@ -81,6 +79,9 @@ class PoolRate:
     max_time: str  # the partition's MaxTime
     max_hours: float | None  # None: UNLIMITED
     source: str
+    # The type a node is priced as: the dearest it may launch as (fallbacks included); None:
+    # instance_type.
+    priced_type: str | None = None
 
     @property
     def usd_per_node_hour(self) -> float:
