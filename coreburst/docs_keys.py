@@ -63,6 +63,27 @@ _SUFFIX_UNITS = (
 )
 
 
+# What a value checked by one of the config's validators is, by the validator's name (the
+# functions in infra/config.py, coreburst/burst/config.py and guardrails/regions.py); the
+# reference test fails on a validated key whose type would read as a bare "string".
+_CHECKED_TYPES = {
+    "_cidr": "CIDR block",
+    "_vpc_cidr": "IPv4 CIDR block, /16 to /28",
+    "_on_prem_cidr": "IPv4 CIDR block, /8 or narrower",
+    "_asn_private_or_public": "BGP ASN, 1 to 4294967294",
+    "_amazon_side_asn": "ASN, 64512-65534 or 4200000000-4294967294",
+    "_gateway_ip": "public IPv4 address",
+    "_conf_server": "host[:port], comma-separated for a backup",
+    "_srun_port_range": "port range LOW-HIGH",
+    "_port_or_range": "port or port range LOW-HIGH",
+    "aws_region": "AWS region",
+    "_slurm_time": "Slurm time: days-hours:minutes:seconds, minutes or UNLIMITED",
+    "_hostlist": "Slurm hostlist",
+    "_safe": "slurm.conf value (letters, digits, . _ / - @ % : + = , [ ])",
+    "check": "ARN",
+}
+
+
 @dataclass(frozen=True)
 class Row:
     key: str
@@ -98,7 +119,7 @@ def _bounds(meta: list[Any]) -> str:
             ("gt", "above"),
             ("le", "at most"),
             ("lt", "below"),
-            ("min_length", "at least {} item(s)"),
+            ("min_length", "length at least {}"),
         ):
             # annotated_types' Ge, Gt, Le, Lt, MinLen (what Field(ge=...) puts in metadata)
             value = getattr(m, attr, None)
@@ -142,6 +163,15 @@ def _type_name(annotation: Any, meta: list[Any] | None = None) -> str:
         }.get(bare, getattr(bare, "__name__", str(bare)))
         if bare is timedelta:
             name += " (45s, 30m, 1h30m, 2d or seconds)"
+    checked = [
+        _CHECKED_TYPES[m.func.__name__]
+        for m in meta
+        if getattr(getattr(m, "func", None), "__name__", "") in _CHECKED_TYPES
+    ]
+    if checked and name == "string":
+        name = checked[-1]  # Hostlist: _safe, then _hostlist (the more telling)
+    elif checked and name == "integer":
+        name = checked[-1]
     bounds = _bounds(meta)
     return name + (f", {bounds}" if bounds else "")
 
