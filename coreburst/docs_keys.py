@@ -36,6 +36,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
+from coreburst.common.textio import read_text
+
 OUT = Path("docs/reference/config.md")
 # Example files whose values are shown as examples (relative to the repository root).
 STACK_EXAMPLES = ("Pulumi.burst.yaml", "Pulumi.prod.yaml", "Pulumi.dev.yaml")
@@ -316,13 +318,29 @@ def _example(examples: list[tuple[str, Any]], key: str, is_section: bool) -> str
     return ""
 
 
+class ExampleError(ValueError):
+    """An example file that cannot be read; the message is one line naming it."""
+
+
+def _load_yaml(path: Path) -> Any:
+    try:
+        doc = yaml.safe_load(read_text(path, "example file", ExampleError))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ExampleError(f"{path}: not valid YAML{where}; fix the file") from None
+    if not isinstance(doc, dict):
+        raise ExampleError(f"{path}: expected a mapping of key: value")
+    return doc
+
+
 def _stack_examples(root: Path) -> list[tuple[str, Any]]:
     out = []
     for name in STACK_EXAMPLES:
         path = root / name
         if not path.is_file():
             continue
-        config = (yaml.safe_load(path.read_text()) or {}).get("config", {})
+        config = (_load_yaml(path) or {}).get("config", {})
         out.append(
             (
                 name,
@@ -387,7 +405,7 @@ def daemon_rows(root: Path | None = None) -> list[Row]:
     from guardrails.configfile import GuardrailsConfig
 
     path = (root or Path.cwd()) / DAEMON_EXAMPLE
-    examples = [(DAEMON_EXAMPLE, yaml.safe_load(path.read_text()))] if path.is_file() else []
+    examples = [(DAEMON_EXAMPLE, _load_yaml(path))] if path.is_file() else []
     return _rows(typing.cast(type[BaseModel], GuardrailsConfig), "", ".", False, examples=examples)
 
 
@@ -451,9 +469,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 when the file is stale")
     args = parser.parse_args(argv)
     path = args.root / OUT
-    text = render(args.root)
+    try:
+        text = render(args.root)
+        current = read_text(path, "reference", ExampleError) if path.is_file() else ""
+    except ExampleError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     if args.check:
-        current = path.read_text() if path.is_file() else ""
         if current != text:
             print(f"{OUT} is stale: run `python -m coreburst.docs_keys`", file=sys.stderr)
             return 1

@@ -36,6 +36,16 @@ def test_check_mode_fails_on_a_stale_file_and_names_the_fix(
     assert main(["--root", str(tmp_path), "--check"]) == 0
 
 
+def test_a_broken_example_file_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "Pulumi.burst.yaml").write_text("config: [\n")
+    assert main(["--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"error: {tmp_path}/Pulumi.burst.yaml: not valid YAML at line 2; fix the file\n"
+    assert not (tmp_path / OUT).exists()
+
+
 def test_every_key_has_a_type_a_default_and_a_description() -> None:
     for rows in (stack_rows(ROOT), daemon_rows(ROOT)):
         assert len(rows) > 100
