@@ -235,7 +235,9 @@ def test_mixed_gpu_models_are_typed_by_the_instance_type_they_stand_in_for(
     tmp_path: Path,
 ) -> None:
     """p5 (H100) with a p5e (H200) fallback: Slurm gives a node one GRES type per name
-    (slurm.conf(5) NodeName Gres=, gres.conf(5) Type=), fixed before the instance exists, so
+    (slurm.conf(5) NodeName "Gres=<name>[:<type>]:<count>" and GresTypes,
+    https://slurm.schedmd.com/slurm.conf.html; gres.conf(5) "Type=",
+    https://slurm.schedmd.com/gres.conf.html), fixed before the instance exists, so
     the pool is typed h100, its instanceType's model, and a job asking --gres=gpu:h100:8 (as on
     an H100 core) fits it; both files say a node may come up as H200 instead. Features keep
     only what every type shares (no h100, no instance type)."""
