@@ -27,7 +27,7 @@ import types
 import typing
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
@@ -84,6 +84,10 @@ _CHECKED_TYPES = {
     "_safe": "slurm.conf value (letters, digits, . _ / - @ % : + = , [ ])",
     "check": "ARN",
 }
+
+
+# Library types by name, as a reader would call them.
+_NAMED = {"IPvAnyAddress": "IP address", "IPv4Address": "IPv4 address"}
 
 
 @dataclass(frozen=True)
@@ -162,9 +166,9 @@ def _type_name(annotation: Any, meta: list[Any] | None = None) -> str:
             str: "string",
             Path: "path",
             timedelta: "duration",
-        }.get(bare, getattr(bare, "__name__", str(bare)))
-        if bare is timedelta:
-            name += " (45s, 30m, 1h30m, 2d or seconds)"
+            datetime: "date and time (ISO 8601, UTC)",
+            date: "date (YYYY-MM-DD)",
+        }.get(bare, _NAMED.get(getattr(bare, "__name__", ""), getattr(bare, "__name__", str(bare))))
     checked = [
         _CHECKED_TYPES[m.func.__name__]
         for m in meta
@@ -236,12 +240,8 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _default(f: FieldInfo) -> str:
-    if f.default_factory is not None:
-        return _text(f.default_factory())  # type: ignore[call-arg]
-    if f.default is PydanticUndefined:
-        return "required"
-    return _text(f.default)
+def _default(value: Any) -> str:
+    return "required" if value is PydanticUndefined else _text(value)
 
 
 def _unit(key: str, annotation: Any) -> str:
@@ -249,7 +249,7 @@ def _unit(key: str, annotation: Any) -> str:
         return _UNITS[key]
     bare, _ = _unwrap(_optional(_unwrap(annotation)[0])[0])
     if bare is timedelta:
-        return "duration"
+        return ""  # the type says duration
     last = key.rsplit(".", 1)[-1].removesuffix("[]")
     for endings, unit in _SUFFIX_UNITS:
         if any(last.endswith(e) and last != e for e in endings):
@@ -266,25 +266,37 @@ def _description(f: FieldInfo, model: type[BaseModel]) -> str:
     return " ".join((text or "").split())
 
 
+def _default_value(f: FieldInfo) -> Any:
+    if f.default_factory is not None:
+        return f.default_factory()  # type: ignore[call-arg]
+    return f.default
+
+
 def walk(
     model: type[BaseModel],
     prefix: str,
     sep: str,
     camel: bool,
     replace: dict[str, type[BaseModel]] | None = None,
-) -> Iterator[tuple[str, FieldInfo, type[BaseModel]]]:
-    """(key, field, owning model) of every key under ``model``, depth first, in field order."""
+    *,
+    within: BaseModel | None = None,
+) -> Iterator[tuple[str, FieldInfo, type[BaseModel], Any]]:
+    """(key, field, owning model, default) of every key under ``model``, depth first, in field
+    order. A section's default instance sets its keys' defaults: ``core_idle.interactive``
+    defaults to a 30 min window where its model alone says 2 h."""
     for name, f in model.model_fields.items():
         key_name = (f.alias or name) if camel else name
         key = f"{prefix}{sep}{key_name}" if prefix else key_name
-        yield key, f, model
+        default = getattr(within, name) if within is not None else _default_value(f)
+        yield key, f, model, default
         sub = (replace or {}).get(key)
         models = [sub] if sub else _models_in(f.annotation)
         if not models:
             continue
         suffix = "[]" if _is_list(f.annotation) else ".<name>" if _is_dict(f.annotation) else ""
         inner = key + suffix
-        yield from walk(models[0], inner, ".", camel, replace)
+        section = default if isinstance(default, BaseModel) and not suffix and not sub else None
+        yield from walk(models[0], inner, ".", camel, replace, within=section)
 
 
 def _lookup(doc: Any, key: str) -> Any:
@@ -364,14 +376,14 @@ def _rows(
     replace: dict[str, type[BaseModel]] | None = None,
 ) -> list[Row]:
     rows = []
-    for key, f, owner in walk(model, prefix, sep, camel, replace):
+    for key, f, owner, default in walk(model, prefix, sep, camel, replace):
         sub = (replace or {}).get(key)
         is_section = bool(sub or _models_in(f.annotation))
         rows.append(
             Row(
                 key=key,
                 type=_type_name(f.annotation, list(f.metadata)),
-                default=_default(f) if not sub else "none",
+                default="none" if sub else _default(default),
                 unit=_unit(key, f.annotation),
                 example=_example(examples, key, is_section and not _is_dict(f.annotation)),
                 description=_description(f, owner)
@@ -452,7 +464,8 @@ def render(root: Path | None = None) -> str:
         "## Guardrails daemon keys (`guardrails.yaml`)",
         "",
         "Each key may also come from the environment: `COREBURST_` and the key path in capitals "
-        "with `__` between levels (the environment wins over the file).",
+        "with `__` between levels (the environment wins over the file). A duration is written "
+        "`45s`, `30m`, `1h30m`, `2d` or as a number of seconds.",
         "",
         *_table(daemon, env=True),
         "",

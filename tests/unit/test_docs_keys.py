@@ -90,7 +90,10 @@ def test_the_keys_the_issue_found_undocumented_are_documented() -> None:
     assert rows["coreburst:burst.nodeAddress"].type == "one of `private-ip`, `registration`"
     assert rows["coreburst:burst.memoryFraction"].type == "number, above 0, at most 1"
     daemon = {r.key: r for r in daemon_rows(ROOT)}
-    assert daemon["interval"].unit == "duration" and daemon["interval"].default == "1m"
+    assert (daemon["interval"].type, daemon["interval"].default) == ("duration, 10s to 1d", "1m")
+    # a section's own default instance sets its keys' defaults (CoreIdleConfig.interactive)
+    assert daemon["core_idle.interactive.window"].default == "30m"
+    assert daemon["core_idle.batch.window"].default == "2h"
     # one capacity back-off: the stack's key; the daemon has none of its own
     assert not [k for k in daemon if "capacity_backoff" in k]
 
