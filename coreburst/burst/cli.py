@@ -5,6 +5,7 @@ $ sudo /opt/coreburst/bin/coreburst burst install --stack prod --stack-dir /etc/
 $ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
 $ coreburst burst suspend 'p5-[1-4]' --stack prod
 $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
+$ coreburst burst guardrails-iam-policy --stack burst > docs/iam/onprem-guardrails.json
 $ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
 $ coreburst burst node-check --node p5-1 --stack prod --gate   # on the node, before slurmd
 $ coreburst burst check --stack prod                   # read-only preflight of account and Slurm
@@ -390,6 +391,40 @@ def iam_policy(
     s = _stack(stack, stack_dir)
     try:
         doc = controller_policy(s, account=account)
+    except ValueError as exc:
+        raise _fail(f"--account: {exc}") from None
+    typer.echo(json.dumps(doc, indent=2))
+
+
+@app.command("guardrails-iam-policy")
+def guardrails_iam_policy(
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    account: Annotated[
+        str, typer.Option(help="The stack's 12-digit AWS account id; * when not given.")
+    ] = "*",
+    rule: Annotated[
+        list[str] | None, typer.Option(help="A rule the daemon runs (repeat); default: all.")
+    ] = None,
+) -> None:
+    """Print the IAM policy (JSON) for the guardrails daemon on the controller host, run with its own AWS credentials: what its rules declare, writes only on the stack's tagged resources, the stack's spot events (and budget) queue only; no DynamoDB, Secrets Manager or Logs (its state is SQLite)."""  # noqa: E501
+    from coreburst.common.names import STACK_TAG_KEY
+    from guardrails.rules import REGISTRY
+    from infra.guardrails_iam import onprem_policy_document
+
+    s = _stack(stack, stack_dir)
+    names = sorted(REGISTRY) if not rule else sorted({"inventory", *rule})
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise _fail(f"--rule: unknown rule(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    try:
+        doc = onprem_policy_document(
+            {n: REGISTRY[n].iam_actions for n in names},
+            STACK_TAG_KEY,
+            s.name,
+            region=s.config.region,
+            account=account,
+        )
     except ValueError as exc:
         raise _fail(f"--account: {exc}") from None
     typer.echo(json.dumps(doc, indent=2))

@@ -57,11 +57,12 @@ class BurstHealthConfig(StrictModel):
     stack, tag keys and Slurm settings."""
 
     enabled: bool = False
-    # A job still on the node this long before the event's NotBefore is requeued (the node is
-    # powered down by force); until then it may finish on the drained node.
+    """Run the burst-health rule."""
     event_margin: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
-    # A status check impaired this long: the node is powered down even under a job.
+    """A job still on the node this long before the event's NotBefore is requeued (the node is
+    powered down by force); until then it may finish on the drained node."""
     impaired_grace: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
+    """A status check impaired this long: the node is powered down even under a job."""
 
 
 def _needs_burst_stack(cfg: Any) -> None:

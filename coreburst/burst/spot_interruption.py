@@ -72,24 +72,26 @@ class SpotInterruptionConfig(StrictModel):
     node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
 
     enabled: bool = False
-    # The SQS queue the stack's EventBridge rules deliver both events to (queue
-    # guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing
-    # to read.
+    """Run the spot-interruption rule."""
     queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """The SQS queue the stack's EventBridge rules deliver both events to (queue
+    guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing to
+    read."""
     max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
-    # Report only (audit and Slack), even when the daemon acts (dry_run: false).
+    """SQS receives per cycle, of up to 10 messages each."""
     dry_run: bool = False
-    # Sent to the jobs on a node whose instance gets the two-minute warning, so they can
-    # checkpoint (scancel --signal); null: none.
+    """Report only (audit and Slack), even when the daemon acts (dry_run: false)."""
     signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT", "XCPU"] | None = "USR1"
-    # Which processes get it (scancel(1)): batch = the batch shell only (--batch; a script
-    # traps it), full = the shell, its children and every step (--full), steps = the steps only.
+    """Sent to the jobs on a node whose instance gets the two-minute warning, so they can checkpoint
+    (scancel --signal); null: none."""
     signal_to: Literal["batch", "full", "steps"] = "batch"
-    # After the signal, how long the jobs have before they are requeued (sooner when the
-    # instance goes). The warning comes two minutes before EC2 takes the instance.
+    """Which processes get it (scancel(1)): batch = the batch shell only (--batch; a script traps
+    it), full = the shell, its children and every step (--full), steps = the steps only."""
     grace: Annotated[timedelta, Between("5s", "10m")] = timedelta(seconds=90)
-    # A rebalance recommendation drains the node and notifies; true: signal its jobs as well.
+    """After the signal, how long the jobs have before they are requeued (sooner when the instance
+    goes). The warning comes two minutes before EC2 takes the instance."""
     rebalance_signal: bool = False
+    """A rebalance recommendation drains the node and notifies; true: signal its jobs as well."""
 
 
 def _needs_burst_stack(cfg: Any) -> None:
