@@ -40,3 +40,14 @@ class Metrics:
         self.egress = Gauge(
             "coreburst_guardrails_egress_projected_usd_per_day", "Projected egress", registry=r
         )
+        self.idle_gpus = Gauge(
+            "coreburst_guardrails_idle_gpus",
+            "GPUs of running core jobs below the idle threshold, by job owner (core-idle)",
+            ["owner"],
+            registry=r,
+        )
+        # `coreburst burst status` as gauges, set by the burst-reconcile rule each pass.
+        from coreburst.burst.status import StatusCollector
+
+        self.burst_status = StatusCollector()
+        r.register(self.burst_status)
