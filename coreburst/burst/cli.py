@@ -575,7 +575,7 @@ def status(  # noqa: PLR0917 (typer: one parameter per option)
     """The burst as a whole: per pool nodes by state with reasons, holds and back-offs (EC2
     code, until when), spend committed vs limit, waiting jobs, the last launches and failures,
     instances with no node and nodes with no instance. The guardrails daemon exports the same
-    figures on its metrics endpoint.
+    figures on its metrics endpoint. Exit 1 when a source could not be read (it is named).
 
     $ coreburst burst status --stack prod --stack-dir /etc/coreburst --watch --interval 5"""
     from coreburst.burst import status as st
@@ -591,17 +591,21 @@ def status(  # noqa: PLR0917 (typer: one parameter per option)
     s = _stack(stack, stack_dir)
     src = _status_sources(s)
 
-    def once() -> str:
-        doc = st.read(src, datetime.now(UTC))
+    def shown(doc: dict[str, Any]) -> str:
         return json.dumps(doc, indent=2) + "\n" if fmt == "json" else st.render(doc)
 
     if not watch:
-        typer.echo(once(), nl=False)
+        doc = st.read(src, datetime.now(UTC))
+        typer.echo(shown(doc), nl=False)
+        if doc["unknown"]:  # shown, but a script must not take a partial status as whole
+            raise typer.Exit(1)
         return
+
+    def once() -> str:
+        return shown(st.read(src, datetime.now(UTC)))
+
     clear = "\x1b[H\x1b[2J" if fmt == "text" and os.isatty(1) else ""
-    st.watch(
-        once, lambda t: typer.echo(t, nl=False), interval_s=interval, count=count, clear=clear
-    )
+    st.watch(once, lambda t: typer.echo(t, nl=False), interval_s=interval, count=count, clear=clear)
 
 
 def _status_sources(s: BurstStack) -> Any:

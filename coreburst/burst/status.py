@@ -222,7 +222,9 @@ def _event_row(e: dict[str, Any]) -> dict[str, Any]:
         "pools": sorted(pools_of(nodes)),
         "nodes": nodes,
         "code": str(code) if code else None,
-        "instances": [str(i) for i in (e.get("instances") or ([e["instance"]] if e.get("instance") else []))],
+        "instances": [
+            str(i) for i in (e.get("instances") or ([e["instance"]] if e.get("instance") else []))
+        ],
         "why": str(why) if why else None,
     }
 
@@ -242,7 +244,13 @@ def _event_counts(events: list[dict[str, Any]], now: float) -> list[dict[str, An
             if now - ts <= RECENT.total_seconds():
                 row["recent"] += 1
     return [
-        {"event": k[0], "pool": k[1], "code": k[2], "last": _iso(v["last"]), "last_24h": v["recent"]}
+        {
+            "event": k[0],
+            "pool": k[1],
+            "code": k[2],
+            "last": _iso(v["last"]),
+            "last_24h": v["recent"],
+        }
         for k, v in sorted(agg.items())
     ]
 
@@ -307,7 +315,7 @@ def build(i: Inputs) -> dict[str, Any]:
                 "node": name,
                 "pool": p,
                 "state": st,
-                "slurm_state": "+".join(sorted(sn.states)),
+                "slurm_state": sn.fields.get("State") or "+".join(sorted(sn.states)),
                 "reason": sn.reason or None,
                 # coreburst's last word on the node (a failed boot check, a failed resume)
                 "note": sn.comment if sn.comment.startswith("coreburst:") else None,
@@ -426,11 +434,14 @@ def render(doc: dict[str, Any]) -> str:
         for n in doc["nodes"] or []:
             if n["pool"] != name:
                 continue
-            if n["state"] not in ("idle~", "up"):
-                reason = f": {n['reason']}" if n["reason"] else ""
-                out.append(f"  {n['node']} {n['state']}{reason}")
-            elif n["note"]:
-                out.append(f"  {n['node']} {n['state']}, last: {n['note']}")
+            if n["state"] in ("idle~", "up") and not n["reason"] and not n["note"]:
+                continue
+            line = f"  {n['node']} {n['state']}"
+            if n["reason"]:
+                line += f": {n['reason']}"
+            elif n["note"]:  # (a failed boot check leaves both; the reason says it)
+                line += f", last: {n['note']}"
+            out.append(line)
     out.append("")
     if doc["spend"] is None:
         out.append("spend: unknown (see above)")
@@ -495,8 +506,10 @@ METRICS = {
     "coreburst_burst_spend_committed_usd": "What approved burst nodes may still cost",
     "coreburst_burst_spend_left_usd": "Limit - spent - committed per period",
     "coreburst_burst_pending_jobs": "Jobs pending for a burst partition, by partition and reason",
-    "coreburst_burst_events_last_24h": "Launches and failures in the last 24 h by event, pool, code",
-    "coreburst_burst_event_last_timestamp_seconds": "The last launch or failure by event, pool, code",
+    "coreburst_burst_events_last_24h": "Launches and failures in the last 24 h by event, "
+    "pool, code",
+    "coreburst_burst_event_last_timestamp_seconds": "The last launch or failure by event, "
+    "pool, code",
     "coreburst_burst_orphan_instances": "Instances of the stack with no powered-up Slurm node",
     "coreburst_burst_orphan_instance_age_seconds": "Age of each instance with no node",
     "coreburst_burst_nodes_without_instance": "Powered-up burst nodes with no live instance",
@@ -524,7 +537,9 @@ def families(doc: dict[str, Any]) -> list[GaugeMetricFamily]:
     hold_until = g(
         "coreburst_burst_pool_hold_until_timestamp_seconds", ["pool", "reservation", "kind", "code"]
     )
-    back = g("coreburst_burst_backoff_until_timestamp_seconds", ["pool", "instance_type", "zone", "code"])
+    back = g(
+        "coreburst_burst_backoff_until_timestamp_seconds", ["pool", "instance_type", "zone", "code"]
+    )
     for pname, p in doc["pools"].items():
         for s, n in p["nodes"].items():
             st.add_metric([pname, s], n)
@@ -661,7 +676,9 @@ def pending_jobs(squeue_json: str, partitions: set[str]) -> list[PendingJob]:
         if not set(parts.split(",")) & partitions:
             continue
         comment = str(j.get("admin_comment") or "")
-        note = " | ".join(s.strip() for s in comment.split("|") if s.strip().startswith("coreburst"))
+        note = " | ".join(
+            s.strip() for s in comment.split("|") if s.strip().startswith("coreburst")
+        )
         out.append(
             PendingJob(
                 str(slurm_number(j.get("job_id"))),

@@ -18,7 +18,7 @@ import logging
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -124,8 +124,10 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
     try:
         lab.wait(
             "sp held and od-1's boot check failed",
-            lambda: any(e["event"] == "resume.pool_held" for e in _audit(lab))
-            and any(e["event"] == "health.failed" for e in _audit(lab)),
+            lambda: (
+                any(e["event"] == "resume.pool_held" for e in _audit(lab))
+                and any(e["event"] == "health.failed" for e in _audit(lab))
+            ),
             40,
         )
         slurm.run("scancel", od_job, check=False)
@@ -140,8 +142,10 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
         )["Instances"][0]["InstanceId"]  # fmt: skip
         lab.wait(
             "sp-1 powered down",
-            lambda: "POWERED_DOWN" in slurm.node_state("sp-1")
-            and "POWERING" not in slurm.node_state("sp-1"),
+            lambda: (
+                "POWERED_DOWN" in slurm.node_state("sp-1")
+                and "POWERING" not in slurm.node_state("sp-1")
+            ),
             30,
         )
 
@@ -158,7 +162,10 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
         assert [(b["instance_type"], b["zone"], b["code"]) for b in sp["backoffs"]] == [
             ("p5.48xlarge", "us-east-1a", ICE)
         ]
-        assert f"HELD (backoff {ICE}) by {resv} on sp-1: {ICE} (capacity), until {hold['until']}" in text
+        assert (
+            f"HELD (backoff {ICE}) by {resv} on sp-1: {ICE} (capacity), until {hold['until']}"
+            in text
+        )
         (job,) = [j for j in doc["jobs"] if j["job"] == spot_job]
         assert job["partition"] == "spot" and job["reason"]
         assert f"burst launch for sp-1 failed ({ICE}: capacity)" in job["note"]
@@ -191,8 +198,13 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
                     got = m("coreburst_burst_pool_hold_until_timestamp_seconds", **labels)
                     assert got == _epoch(h["until"])
             for b in p["backoffs"]:
-                got = m("coreburst_burst_backoff_until_timestamp_seconds", pool=pool,
-                        instance_type=b["instance_type"], zone=b["zone"], code=b["code"])  # fmt: skip
+                got = m(
+                    "coreburst_burst_backoff_until_timestamp_seconds",
+                    pool=pool,
+                    instance_type=b["instance_type"],
+                    zone=b["zone"],
+                    code=b["code"],
+                )
                 assert got == _epoch(b["until"])
         for c in doc["event_counts"]:
             labels = dict(event=c["event"], pool=c["pool"], code=c["code"])
@@ -200,7 +212,9 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
             assert m("coreburst_burst_event_last_timestamp_seconds", **labels) == _epoch(c["last"])
         reasons: dict[tuple[str, str], int] = {}
         for j in doc["jobs"]:
-            reasons[(j["partition"], j["reason"])] = reasons.get((j["partition"], j["reason"]), 0) + 1
+            reasons[(j["partition"], j["reason"])] = (
+                reasons.get((j["partition"], j["reason"]), 0) + 1
+            )
         for (part, reason), n in reasons.items():
             assert m("coreburst_burst_pending_jobs", partition=part, reason=reason) == n
         assert m("coreburst_burst_orphan_instances") == len(doc["orphan_instances"]) == 1
