@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+
+class Snapshot(Collector):
+    """Metric families computed elsewhere, exposed as last set: nothing until the first
+    ``set`` (families whose labels come and go with what they describe, which a Gauge with
+    fixed children would keep after they are gone)."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def set(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # the names vary with what was set: collected at scrape time
 
 
 class Metrics:
@@ -46,8 +68,7 @@ class Metrics:
             ["owner"],
             registry=r,
         )
-        # `coreburst burst status` as gauges, set by the burst-reconcile rule each pass.
-        from coreburst.burst.status import StatusCollector
-
-        self.burst_status = StatusCollector()
+        # `coreburst burst status` as gauges (coreburst/burst/status.py families), set by the
+        # burst-reconcile rule each pass.
+        self.burst_status = Snapshot()
         r.register(self.burst_status)

@@ -564,7 +564,8 @@ def run(ctx: RuleContext) -> None:
     )
     if p.spot_fallback:
         _spot_fallback(ctx, slurm)
-    _export_status(ctx, slurm, p)
+    if ctx.cfg.metrics_endpoint.enabled:  # nobody to read it otherwise: no extra reads
+        _export_status(ctx, slurm, p)
     if p.heartbeat_file is not None:
         write_heartbeat(
             p.heartbeat_file,
@@ -595,7 +596,7 @@ def _export_status(ctx: RuleContext, slurm: Scontrol, p: BurstReconcileConfig) -
         node_tag_key=p.node_tag_key,
     )
     try:
-        ctx.metrics.burst_status.set(status.read(src, ctx.clock.now()))
+        ctx.metrics.burst_status.set(status.families(status.read(src, ctx.clock.now())))
     except Exception as exc:  # the metrics are not worth the pass: said, and the pass goes on
         ctx.report.errors.append(f"burst-reconcile: status for metrics: {exc}")
 

@@ -23,9 +23,9 @@ A source that cannot be read (scontrol, squeue, EC2, the audit log, the spend st
 under ``unknown`` and its part is left out, never shown as empty.
 
 The same document is what the guardrails daemon exports on its metrics endpoint: the
-burst-reconcile rule reads it each pass with :func:`read` and hands it to
-:class:`StatusCollector` (one registry entry, the families of :func:`families`), so
-``--format json`` and ``/metrics`` agree by construction of one function.
+burst-reconcile rule reads it each pass with :func:`read` and sets :func:`families` of it on
+the daemon's registry (guardrails/metrics.py ``Metrics.burst_status``), so ``--format json``
+and ``/metrics`` come from one document.
 
     $ coreburst burst status --stack prod
     $ coreburst burst status --stack prod --format json
@@ -37,14 +37,13 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from coreburst.burst.holds import pool_of, pools_of, read_events
 from coreburst.common.names import (
@@ -593,25 +592,6 @@ def families(doc: dict[str, Any]) -> list[GaugeMetricFamily]:
         unk.add_metric([source], 1)
     g("coreburst_burst_status_timestamp_seconds").add_metric([], _epoch(doc["at"]))
     return list(fam.values())
-
-
-class StatusCollector(Collector):
-    """The latest status document on a Prometheus registry (the daemon's): nothing until the
-    burst-reconcile rule has read one."""
-
-    def __init__(self) -> None:
-        self.doc: dict[str, Any] | None = None
-
-    def set(self, doc: dict[str, Any]) -> None:
-        self.doc = doc
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        doc = self.doc
-        if doc is not None:
-            yield from families(doc)
-
-    def describe(self) -> Iterator[GaugeMetricFamily]:
-        return iter(())  # the families vary with the document: collected at scrape time
 
 
 # -- reading the sources --------------------------------------------------------------------------

@@ -77,7 +77,8 @@ def _scrape(lab: BurstLab) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
         "rules: [burst-reconcile]\ndry_run: true\n"
         f"aws: {{endpoint_url: {lab.moto.url}}}\n"
         f'state: {{path: "{d}/gs.sqlite", audit_log: "{d}/log/gs-audit.jsonl"}}\n'
-        "metrics_endpoint: {enabled: false}\n"
+        # enabled: the rule exports status only then (the test serves the registry itself)
+        "metrics_endpoint: {enabled: true}\n"
         f'safety: {{kill_switch_file: "{d}/stop"}}\n'
         "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, "
         f'slurm_conf: "{lab.slurm.conf}", burst_audit_log: "{d}/log/burst-audit.jsonl"}}\n'

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from typer.testing import CliRunner
 
@@ -68,15 +68,14 @@ def _recorded(**over: Any) -> st.Inputs:
 
 
 def _scrape(doc: dict[str, Any]) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    reg = CollectorRegistry()
-    c = st.StatusCollector()
-    reg.register(c)
-    c.set(doc)
-    text = generate_latest(reg).decode()
+    m = Metrics()  # the daemon's registry, as the burst-reconcile rule sets it
+    m.burst_status.set(st.families(doc))
+    text = generate_latest(m.registry).decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for fam in text_string_to_metric_families(text)
         for s in fam.samples
+        if s.name.startswith("coreburst_burst_")
     }
 
 
@@ -306,7 +305,7 @@ def _exported() -> set[str]:
     """Every metric name the daemon's registry exposes (the burst status families included),
     with the suffixes the exposition gives counters and histograms."""
     m = Metrics()
-    m.burst_status.set(st.build(_recorded()))
+    m.burst_status.set(st.families(st.build(_recorded())))
     names: set[str] = set()
     for fam in m.registry.collect():
         names.add(fam.name)
