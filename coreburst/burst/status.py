@@ -287,10 +287,38 @@ class Inputs:
     unknown: dict[str, str]
 
 
+_TEXT_FIELDS = (
+    "event",
+    "nodes",
+    "node",
+    "code",
+    "error_class",
+    "reason",
+    "error",
+    "pool",
+    "reservation",
+    "instance",
+)
+
+
+def _sane(e: dict[str, Any]) -> bool:
+    """An audit event whose fields have the types the power programs write (anything else
+    in the log, e.g. a hand-edited or foreign line, is not read)."""
+    return (
+        all(isinstance(e.get(k), str | None) for k in _TEXT_FIELDS)
+        and isinstance(e.get("seconds"), int | float | None)
+        and not isinstance(e.get("seconds"), bool)
+        and all(
+            isinstance(e.get(k), list | None) and all(isinstance(x, str) for x in e.get(k) or [])
+            for k in ("choices", "instances")
+        )
+    )
+
+
 def build(i: Inputs) -> dict[str, Any]:
     """The status document (plain JSON data) from what was read. Pure."""
     now = i.now.timestamp()
-    events = i.events or []
+    events = [e for e in i.events or [] if _sane(e)]
     cloud = {n: sn for n, sn in (i.nodes or {}).items() if sn.cloud and pool_of(n)}
     live: dict[str, str] = {}
     for inst in i.instances or []:

@@ -206,6 +206,19 @@ def test_a_backoff_is_gone_once_over_or_released() -> None:
     assert st.build(_recorded(events=released))["pools"]["sp"]["backoffs"] == []
 
 
+def test_foreign_audit_lines_are_not_read(tmp_path: Path) -> None:
+    log = tmp_path / "audit.jsonl"
+    good = (FIX / "burst-audit.jsonl").read_text()
+    log.write_text(
+        good + '{"ts": 1796453800, "event": "resume.backoff", "pool": "sp", "seconds": "ten", '
+        '"choices": "p5@a", "code": 7}\n'
+        + '{"ts": 1796453800, "event": "resume.failed", "nodes": ["sp-1"], "code": "X"}\n'
+        + '{"ts": 1796453800, "event": "resume.launched", "nodes": "sp-1", "instances": [1]}\n'
+        + "[1, 2]\nnot json\n"
+    )
+    assert st.build(_recorded(events=read_events(log))) == st.build(_recorded())
+
+
 def test_spend_committed_vs_limit_and_no_snapshot_is_unknown_not_zero(tmp_path: Path) -> None:
     state = State(tmp_path / "g.sqlite")
     try:
