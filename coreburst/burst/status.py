@@ -745,7 +745,12 @@ def read(src: Sources, now: datetime) -> dict[str, Any]:
     """Read every source (each call with its deadline) and :func:`build` the document; a
     source that fails is named under ``unknown``, one line each."""
     unknown: dict[str, str] = {}
-    nodes = resv = instances = events = jobs = spend = None
+    nodes: dict[str, Any] | None = None
+    resv: list[Reservation] | None = None
+    instances: list[Instance] | None = []
+    events: list[dict[str, Any]] | None = []
+    jobs: list[PendingJob] | None = None
+    spend: list[dict[str, Any]] | None = None
     try:
         nodes = src.slurm.nodes()
     except SlurmError as exc:
@@ -760,9 +765,10 @@ def read(src: Sources, now: datetime) -> dict[str, Any]:
         except SlurmError as exc:
             unknown["slurm jobs"] = str(exc)
     try:
-        instances = []
+        found: list[Instance] = []
         for ec2 in src.ec2:
-            instances += read_instances(ec2, src.stack, src.stack_tag_key, src.node_tag_key)
+            found += read_instances(ec2, src.stack, src.stack_tag_key, src.node_tag_key)
+        instances = found
     except Exception as exc:  # botocore's errors, endpoint unreachable, timeouts: one line
         instances = None
         unknown["ec2"] = f"DescribeInstances: {type(exc).__name__}: {exc}".splitlines()[0]
@@ -770,9 +776,8 @@ def read(src: Sources, now: datetime) -> dict[str, Any]:
         try:
             events = read_events(src.audit_log)
         except Exception as exc:  # TextFileError, OSError
+            events = None
             unknown["audit log"] = f"{src.audit_log}: {exc}"
-    else:
-        events = []
     try:
         spend = spend_rows(src.spend(), now) if src.spend is not None else []
     except Exception as exc:  # the guardrails state: missing file, locked, bad config
