@@ -18,7 +18,7 @@ import logging
 import time
 import urllib.request
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,7 @@ import pytest
 from prometheus_client import start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
+from coreburst.burst.commitments import SpendLedger
 from coreburst.sandbox.emulator import AMI, fake_session, free_ports
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
 from guardrails.adapters.aws import Aws
@@ -57,7 +58,12 @@ def _sbatch(lab: BurstLab, *args: str) -> str:
 
 
 def _status(lab: BurstLab, *args: str) -> str:
-    d = lab.slurm.lab
+    """The command, on the lab's stack with a spend gate on the daemon's config (a copy: the
+    power programs keep running without a gate)."""
+    d = lab.slurm.lab / "status-stack"
+    d.mkdir(exist_ok=True)
+    gate = f"    spendGate: {{guardrailsConfig: {lab.slurm.lab / 'guardrails-status.yaml'}}}\n"
+    (d / "Pulumi.lab.yaml").write_text((lab.slurm.lab / "Pulumi.lab.yaml").read_text() + gate)
     out = lab.slurm.burst_cli(
         "status", "--stack", "lab", "--stack-dir", str(d), *args,
         env={"AWS_ENDPOINT_URL": lab.moto.url, "AWS_ACCESS_KEY_ID": "testing",
@@ -80,11 +86,18 @@ def _scrape(lab: BurstLab) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
         # enabled: the rule exports status only then (the test serves the registry itself)
         "metrics_endpoint: {enabled: true}\n"
         f'safety: {{kill_switch_file: "{d}/stop"}}\n'
-        "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, "
+        "spend: {scopes: [{name: account, daily_limit_usd: 1000, monthly_limit_usd: 20000}]}\n"
+        "burst_reconcile: {enabled: true, stack: lab, spend_scope: account, "
         f'slurm_conf: "{lab.slurm.conf}", burst_audit_log: "{d}/log/burst-audit.jsonl"}}\n'
     )
     cfg = load_config(path)
     state = State(cfg.state.path)
+    if state.last_spend("account") is None:
+        # What the daemon's spend rule and the resume program's gate write (made up here: no
+        # Cost Explorer on the lab): a spend snapshot, and one approved node's commitment.
+        now = datetime.now(UTC)
+        state.add_spend(now, "account", burn=55.04, today=400.0, mtd=9000.0, proj=12000.0)
+        assert SpendLedger(state, "account").reserve({"od-2": (55.04, 2.0)}, {"x": 1e9}, now).ok
     daemon = Daemon(cfg, Aws(cfg.aws, fake_session()), state)
     (port,) = free_ports(1)
     server, thread = start_http_server(port, addr="127.0.0.1", registry=daemon.metrics.registry)
@@ -183,6 +196,11 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
         assert (lost["instance"], lost["node"], lost["why"]) == (orphan, None, "no Slurm node tag")
         assert f"instance with no node: {orphan} (running, 0 min old): no Slurm node tag" in text
         assert doc["unknown"] == {}
+        (spend,) = doc["spend"]
+        assert spend["scope"] == "account" and spend["spent_usd"]["today"] == 400.0
+        assert 109 < spend["committed_usd"] <= 110.08  # 2 h of $55.04/h, a little of it gone
+        assert spend["left_usd"]["today"] == round(1000 - 400 - spend["committed_usd"], 2)
+        assert "spend account: today $400.00 spent + $1" in text
 
         # -- the same figures on the daemon's metrics endpoint --------------------------------
         def m(name: str, **labels: str) -> float | None:
@@ -226,6 +244,14 @@ def test_status_shows_backoff_held_job_failed_boot_and_orphan_as_metrics_do(
             if n["state"] not in ("idle~", "up"):
                 assert m("coreburst_burst_node_not_ready", pool=n["pool"], node=n["node"],
                          state=n["state"], reason=n["reason"] or "") == 1  # fmt: skip
+        for period, limit in spend["limits_usd"].items():
+            scope = dict(scope="account", period=period)
+            assert m("coreburst_burst_spend_limit_usd", **scope) == limit
+            assert m("coreburst_burst_spend_spent_usd", **scope) == spend["spent_usd"][period]
+            got = m("coreburst_burst_spend_left_usd", **scope)
+            assert got is not None and abs(got - spend["left_usd"][period]) < 0.5
+        got = m("coreburst_burst_spend_committed_usd", scope="account")
+        assert got is not None and abs(got - spend["committed_usd"]) < 0.5  # seconds apart
         assert not [k for k in metrics if k[0] == "coreburst_burst_status_unknown"]
     finally:
         proxy.no_capacity = set()
