@@ -572,12 +572,9 @@ def status(  # noqa: PLR0917 (typer: one parameter per option)
         int | None, typer.Option(help="With --watch: stop after this many prints (default: ^C).")
     ] = None,
 ) -> None:
-    """The burst as a whole: per pool nodes by state with reasons, holds and back-offs (EC2
-    code, until when), spend committed vs limit, waiting jobs, the last launches and failures,
-    instances with no node and nodes with no instance. The guardrails daemon exports the same
-    figures on its metrics endpoint. Exit 1 when a source could not be read (it is named).
+    """The burst as a whole: per pool nodes by state with reasons, holds and back-offs (EC2 code, until when), spend committed vs limit, waiting jobs, the last launches and failures, instances with no node and nodes with no instance. The guardrails daemon exports the same figures on its metrics endpoint. Exit 1 when a source could not be read (it is named).
 
-    $ coreburst burst status --stack prod --stack-dir /etc/coreburst --watch --interval 5"""
+    $ coreburst burst status --stack prod --stack-dir /etc/coreburst --watch --interval 5"""  # noqa: E501
     from coreburst.burst import status as st
 
     if fmt not in ("text", "json"):
