@@ -607,10 +607,14 @@ class BurstNode(_Model):
     munge_key_secret_arn: Annotated[str, _arn("secretsmanager", "secret:")] | None = None
     # The resume program tags an instance after CreateFleet returns: wait this long for it.
     tag_wait_seconds: int = Field(default=600, ge=10, le=3600)
-    # The health gate (coreburst/burst/node_check.py): slurmd starts only after `coreburst burst
-    # node-check --gate` passed on the instance (GPUs, DCGM, EFA against the catalog). The
-    # image must carry coreburst (and nvidia-smi, dcgmi, fi_info); false skips the gate.
+    # The health gate (coreburst/burst/node_gate.py, written into the user data, run by the
+    # image's python3): slurmd starts only after the node's GPUs (nvidia-smi) and EFA devices
+    # (fi_info) match the catalog. NVIDIA clusters only; false skips the gate.
     health_gate: bool = True
+    # Also run `dcgmi diag -r 1 -j` in the gate. Off by default: the default image carries
+    # DCGM 4, whose JSON layout the gate does not read (it reads DCGM 3's, and fails the
+    # node on any other); turn on with an image that carries DCGM 3.
+    health_gate_dcgm: bool = False
     # Install slurmd and munge with apt-get when the image has none (the packaged Slurm must
     # be within the controller's supported versions; bake them into the AMI to pin one).
     install_packages: bool = True
@@ -907,6 +911,87 @@ class StackConfig(_Model):
 
     def check_against_catalog(self, catalog: Catalog) -> None:
         """Rules that need instance facts; raises StackConfigError."""
+        self._check_instances(catalog)
+        self._check_burst_boot(catalog)
+        self._check_user_data(catalog)
+
+    def _check_burst_boot(self, catalog: Catalog) -> None:
+        """A burst node must be able to run its user data: refuse what cannot (docs/burst.md,
+        "How a burst node boots")."""
+        node = self.burst.node if self.burst is not None else None
+        if node is None:
+            return
+        for i, c in enumerate(self.clusters):
+            acc = catalog.instances[c.instance_type].accelerator
+            default_image = c.ami_ssm_parameter is None
+            if node.health_gate and acc.kind != "nvidia":
+                raise StackConfigError(
+                    f"burst.node.healthGate: clusters[{i}] ({c.instance_type}) has {acc.model} "
+                    f"({acc.kind}) accelerators and the gate checks NVIDIA GPUs only; set "
+                    "healthGate: false or make it an NVIDIA cluster"
+                )
+            if not node.install_packages and default_image:
+                raise StackConfigError(
+                    f"burst.node.installPackages: false, but clusters[{i}] boots the default "
+                    "image (Deep Learning Base AMI), which has no slurmd or munge; set "
+                    "installPackages: true or amiSsmParameter to an image that carries them"
+                )
+            if node.health_gate_dcgm and default_image:
+                raise StackConfigError(
+                    f"burst.node.healthGateDcgm: clusters[{i}] boots the default image, whose "
+                    "DCGM 4 prints dcgmi diag JSON the gate does not read (every node would "
+                    "fail); leave healthGateDcgm off or set amiSsmParameter to an image with DCGM 3"
+                )
+        if node.health_gate_dcgm and not node.health_gate:
+            raise StackConfigError(
+                "burst.node.healthGateDcgm: true needs healthGate: true (DCGM runs in the gate)"
+            )
+
+    def _check_user_data(self, catalog: Catalog) -> None:
+        """Every cluster's user data fits EC2's 16 KB, rendered with stand-ins of the length
+        of the ARNs and names the deploy fills in."""
+        from infra.userdata import lustre_efa_client_supported, render_user_data, slurm_join_for
+
+        node = self.burst.node if self.burst is not None else None
+        account = f"{self.region}:123456789012"
+        for i, c in enumerate(self.clusters):
+            kind = catalog.instances[c.instance_type].accelerator.kind
+            join = None
+            if node is not None:
+                join = slurm_join_for(
+                    node,
+                    c,
+                    catalog,
+                    region=self.region,
+                    node_tag_key=self.burst.node_tag_key if self.burst else "",
+                    munge_key_secret_arn=node.munge_key_secret_arn
+                    or f"arn:aws:secretsmanager:{account}:secret:slurm-munge-key-0123456-AbCdEf",
+                    slurm_conf_parameter_arn=node.slurm_conf_parameter_arn
+                    or f"arn:aws:ssm:{account}:parameter/coreburst/stack/slurm/conf-server",
+                )
+            lustre = self.lustre
+            try:
+                render_user_data(
+                    kind,
+                    f"fs-0123456789abcdef0.fsx.{self.region}.amazonaws.com" if lustre else None,
+                    "abcdefgh" if lustre else None,
+                    lustre_efa=bool(lustre and lustre.efa_enabled and c.efa)
+                    and lustre_efa_client_supported(c.instance_type),
+                    slurm_join=join,
+                    per_device_metrics=c.per_device_metrics,
+                )
+            except ValueError as exc:
+                raise StackConfigError(
+                    f"clusters[{i}] ({c.instance_type}): {exc}; "
+                    + (
+                        "a Neuron burst node's publisher and Slurm join do not fit together "
+                        "yet: keep Trainium clusters on a stack without burst"
+                        if kind == "neuron" and join is not None
+                        else "remove what the node need not do at boot"
+                    )
+                ) from None
+
+    def _check_instances(self, catalog: Catalog) -> None:
         for i, c in enumerate(self.clusters):
             key = f"clusters[{i}].instanceType"
             if c.instance_type not in catalog.instances:

@@ -8,6 +8,7 @@ $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-control
 $ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
 $ coreburst burst node-check --node p5-1 --stack prod --gate   # on the node, before slurmd
 $ coreburst burst status --stack prod --format json
+$ coreburst burst check --stack prod                   # read-only preflight of account and Slurm
 """
 
 from __future__ import annotations
@@ -636,6 +637,69 @@ def _status_sources(s: BurstStack) -> Any:
         spend=spend,
         node_tag_key=s.settings.node_tag_key,
     )
+
+
+@app.command()
+def check(  # noqa: PLR0917 (typer: one parameter per option)
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    fmt: Annotated[str, typer.Option("--format", help="text (one line a check) or json.")] = "text",
+    strict: Annotated[
+        bool, typer.Option(help="Exit 1 on ? (a question the credentials may not ask) too.")
+    ] = False,
+    principal: Annotated[
+        str | None,
+        typer.Option(
+            help="The controller's IAM role or user ARN to simulate, when the check runs with "
+            "other credentials (CI); the DryRun launches are then left out (they ask as the "
+            "caller). Default: the caller."
+        ),
+    ] = None,
+    skip: Annotated[
+        list[str] | None,
+        typer.Option(help="Leave out a section: aws, permissions or slurm (repeatable)."),
+    ] = None,
+    slurm_conf: Annotated[
+        Path | None, typer.Option(help="slurm.conf scontrol reads (default: SLURM_CONF).")
+    ] = None,
+) -> None:
+    """Preflight against the account and the Slurm controller: one line a check (✔ ✘ ?) with
+    what was asked and the fix; exit 1 on ✘ (and on ? with --strict). Read-only.
+
+    $ coreburst burst check --stack burst
+    $ coreburst burst check --stack burst --skip slurm --format json --principal arn:aws:iam::123456789012:role/burst-controller"""  # noqa: E501
+    from coreburst.burst import check as preflight
+    from guardrails.preflight import (
+        READ_TIMEOUT_S,
+        Clients,
+        exit_code,
+        render_json,
+        render_text,
+    )
+
+    if fmt not in ("text", "json"):
+        raise _fail(f"--format {fmt!r}: use text or json")
+    bad = sorted(set(skip or []) - set(preflight.SECTIONS))
+    if bad:
+        raise _fail(f"--skip {bad[0]!r}: use {', '.join(preflight.SECTIONS)}")
+    if principal is not None and not preflight.IAM_ARN.fullmatch(principal):
+        raise _fail(
+            f"--principal {principal!r}: not an IAM role or user ARN; "
+            "e.g. arn:aws:iam::123456789012:role/burst-controller"
+        )
+    s = _stack(stack, stack_dir)
+    results = preflight.run_checks(
+        s,
+        Clients(s.config.region),
+        scontrol=Scontrol(conf=slurm_conf, timeout_s=READ_TIMEOUT_S),
+        principal=principal,
+        skip=skip or (),
+    )
+    if fmt == "json":
+        typer.echo(render_json(results, stack=stack, strict=strict), nl=False)
+    else:
+        typer.echo(render_text(results), nl=False)
+    raise typer.Exit(exit_code(results, strict))
 
 
 def main() -> None:
