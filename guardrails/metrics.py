@@ -2,7 +2,29 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
+
+
+class Snapshot(Collector):
+    """Metric families computed elsewhere, exposed as last set: nothing until the first
+    ``set`` (families whose labels come and go with what they describe, which a Gauge with
+    fixed children would keep after they are gone)."""
+
+    def __init__(self) -> None:
+        self.families: list[Metric] = []
+
+    def set(self, families: Iterable[Metric]) -> None:
+        self.families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self.families)
+
+    def describe(self) -> Iterator[Metric]:
+        return iter(())  # the names vary with what was set: collected at scrape time
 
 
 class Metrics:
@@ -40,3 +62,13 @@ class Metrics:
         self.egress = Gauge(
             "coreburst_guardrails_egress_projected_usd_per_day", "Projected egress", registry=r
         )
+        self.idle_gpus = Gauge(
+            "coreburst_guardrails_idle_gpus",
+            "GPUs of running core jobs below the idle threshold, by job owner (core-idle)",
+            ["owner"],
+            registry=r,
+        )
+        # `coreburst burst status` as gauges (coreburst/burst/status.py families), set by the
+        # burst-reconcile rule each pass.
+        self.burst_status = Snapshot()
+        r.register(self.burst_status)

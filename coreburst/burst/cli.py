@@ -8,6 +8,7 @@ $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-control
 $ coreburst burst guardrails-iam-policy --stack burst > docs/iam/onprem-guardrails.json
 $ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
 $ coreburst burst node-check --node p5-1 --stack prod --gate   # on the node, before slurmd
+$ coreburst burst status --stack prod --format json
 $ coreburst burst check --stack prod                   # read-only preflight of account and Slurm
 """
 
@@ -19,7 +20,7 @@ import os
 import shlex
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -592,6 +593,85 @@ def agent(
         socket_path.unlink(missing_ok=True)
         raise _fail(str(exc)) from None
     burst_agent.serve(listener, socket_path, stack, stack_dir.resolve(), limit_s=limit)
+
+
+@app.command()
+def status(  # noqa: PLR0917 (typer: one parameter per option)
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    fmt: Annotated[str, typer.Option("--format", help="text or json.")] = "text",
+    watch: Annotated[bool, typer.Option("--watch", help="Print again every --interval.")] = False,
+    interval: Annotated[
+        float, typer.Option(help="Seconds between prints with --watch (at least 1).")
+    ] = 10.0,
+    count: Annotated[
+        int | None, typer.Option(help="With --watch: stop after this many prints (default: ^C).")
+    ] = None,
+) -> None:
+    """The burst as a whole: per pool nodes by state with reasons, holds and back-offs (EC2 code, until when), spend committed vs limit, waiting jobs, the last launches and failures, instances with no node and nodes with no instance. The guardrails daemon exports the same figures on its metrics endpoint. Exit 1 when a source could not be read (it is named).
+
+    $ coreburst burst status --stack prod --stack-dir /etc/coreburst --watch --interval 5"""  # noqa: E501
+    from coreburst.burst import status as st
+
+    if fmt not in ("text", "json"):
+        raise _fail(f"--format {fmt!r}: use text or json")
+    if not interval >= 1:
+        raise _fail(f"--interval {interval:g}: give at least 1 second")
+    if count is not None and count < 1:
+        raise _fail(f"--count {count}: give at least 1")
+    if count is not None and not watch:
+        raise _fail("--count goes with --watch")
+    s = _stack(stack, stack_dir)
+    src = _status_sources(s)
+
+    def shown(doc: dict[str, Any]) -> str:
+        return json.dumps(doc, indent=2) + "\n" if fmt == "json" else st.render(doc)
+
+    if not watch:
+        doc = st.read(src, datetime.now(UTC))
+        typer.echo(shown(doc), nl=False)
+        if doc["unknown"]:  # shown, but a script must not take a partial status as whole
+            raise typer.Exit(1)
+        return
+
+    def once() -> str:
+        return shown(st.read(src, datetime.now(UTC)))
+
+    clear = "\x1b[H\x1b[2J" if fmt == "text" and os.isatty(1) else ""
+    st.watch(once, lambda t: typer.echo(t, nl=False), interval_s=interval, count=count, clear=clear)
+
+
+def _status_sources(s: BurstStack) -> Any:
+    """Where ``status`` reads each fact for stack ``s`` (every call with a deadline)."""
+    import boto3
+    from botocore.config import Config
+
+    from coreburst.burst import status as st
+    from coreburst.burst.config import gate_limits
+
+    ec2 = boto3.session.Session(region_name=s.config.region).client(
+        "ec2",
+        config=Config(connect_timeout=5, read_timeout=20, retries={"mode": "standard"}),
+    )
+    spend = None
+    gate = s.settings.spend_gate
+    if gate is not None:
+
+        def spend() -> list[tuple[object, str, float | None, float | None]]:
+            from coreburst.burst.gate import open_spend_state
+
+            lim = gate_limits(gate)
+            store = open_spend_state(lim.state_path)
+            return [(store, lim.scope, lim.daily_limit_usd, lim.monthly_limit_usd)]
+
+    return st.Sources(
+        stack=s.name,
+        slurm=Scontrol(timeout_s=30),
+        ec2=[ec2],
+        audit_log=s.settings.audit_log,
+        spend=spend,
+        node_tag_key=s.settings.node_tag_key,
+    )
 
 
 @app.command()

@@ -586,6 +586,8 @@ def run(ctx: RuleContext) -> None:
     )
     if p.spot_fallback:
         _spot_fallback(ctx, slurm)
+    if ctx.cfg.metrics_endpoint.enabled:  # nobody to read it otherwise: no extra reads
+        _export_status(ctx, slurm, p)
     if p.heartbeat_file is not None:
         write_heartbeat(
             p.heartbeat_file,
@@ -593,6 +595,32 @@ def run(ctx: RuleContext) -> None:
             dry_run=ctx.actuator.dry_run,
             leader=ctx.actuator.leader,
         )
+
+
+def _export_status(ctx: RuleContext, slurm: Scontrol, p: BurstReconcileConfig) -> None:
+    """``coreburst burst status`` after this pass, for the metrics endpoint: the same reads
+    (coreburst/burst/status.py ``read``) as the command, with the daemon's own spend state."""
+    from coreburst.burst import status
+
+    def spend() -> list[tuple[Any, str, float | None, float | None]]:
+        scope = next((s for s in ctx.cfg.spend.scopes if s.name == p.spend_scope), None)
+        if scope is None:
+            return []
+        return [(ctx.state, scope.name, scope.daily_limit_usd, scope.monthly_limit_usd)]
+
+    src = status.Sources(
+        stack=str(p.stack),
+        slurm=slurm,
+        ec2=[ctx.aws.client("ec2", region) for region in ctx.cfg.regions],
+        audit_log=p.burst_audit_log,
+        spend=spend,
+        stack_tag_key=p.stack_tag_key,
+        node_tag_key=p.node_tag_key,
+    )
+    try:
+        ctx.metrics.burst_status.set(status.families(status.read(src, ctx.clock.now())))
+    except Exception as exc:  # the metrics are not worth the pass: said, and the pass goes on
+        ctx.report.errors.append(f"burst-reconcile: status for metrics: {exc}")
 
 
 RULE = Rule(

@@ -409,6 +409,7 @@ def run(ctx: RuleContext) -> None:
         act.audit("core.host-unmapped", node=node, why=why)
     blind: list[tuple[str, str]] = []
     acted = 0
+    idle_by_owner: dict[str, int] = {}
     for job in jobs:
         a = assess(
             job, window.series, whole.series, now, p, unmapped=unmapped,
@@ -416,6 +417,9 @@ def run(ctx: RuleContext) -> None:
         )  # fmt: skip
         key = run_key(job)
         ctx.report.states[f"core-{a.state}"] += 1
+        if a.state != "blind":  # a blind job's GPUs are unknown, never counted idle
+            n_idle = len(a.idle_gpus) if a.state in ("idle", "some-idle") else 0
+            idle_by_owner[job.user] = idle_by_owner.get(job.user, 0) + n_idle
         act.audit(
             "core.decision",
             job_id=job.job_id,
@@ -488,6 +492,9 @@ def run(ctx: RuleContext) -> None:
             marks.pop(key)
     if act.leader:
         ctx.state.put(MARKS_KEY, marks)
+    ctx.metrics.idle_gpus.clear()  # owners whose jobs ended drop out
+    for owner, n in sorted(idle_by_owner.items()):
+        ctx.metrics.idle_gpus.labels(owner).set(n)
     if blind:
         ctx.alert(messages.core_blind(blind), timedelta(hours=6))
 

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.daemon import Daemon
@@ -44,6 +46,17 @@ def _calls(bin_dir: Path) -> list[str]:
     return f.read_text().splitlines() if f.exists() else []
 
 
+def _idle_gpus(d: Daemon) -> dict[str, float]:
+    """coreburst_guardrails_idle_gpus as the daemon's metrics endpoint exposes it."""
+    text = generate_latest(d.metrics.registry).decode()
+    return {
+        s.labels["owner"]: s.value
+        for fam in text_string_to_metric_families(text)
+        for s in fam.samples
+        if s.name == "coreburst_guardrails_idle_gpus"
+    }
+
+
 BUSY_UNTIL = START + timedelta(minutes=60)
 
 
@@ -66,6 +79,7 @@ def test_some_gpus_idle_is_warned_once_then_all_idle_is_warned_again_and_acted_o
         r = d.run_cycle()
         assert r.errors == [] and r.states["core-some-idle"] == 1
         assert _warnings(d) == ["Slurm job 3 holds 3 of 4 GPU(s) idle"]
+        assert _idle_gpus(d) == {"root": 3.0}  # the metrics endpoint: idle GPUs by owner
         # 2: still some idle, well past a grace: no second warning, and never acted on.
         clock.advance(timedelta(minutes=35))
         r = d.run_cycle()
@@ -76,6 +90,7 @@ def test_some_gpus_idle_is_warned_once_then_all_idle_is_warned_again_and_acted_o
         clock.advance(timedelta(minutes=15))
         r = d.run_cycle()
         assert r.states["core-idle"] == 1 and r.actions == []
+        assert _idle_gpus(d) == {"root": 4.0}
         assert _warnings(d) == [
             "Slurm job 3 holds 3 of 4 GPU(s) idle",
             "Slurm job 3 holds 4 of 4 GPU(s) idle",
