@@ -698,10 +698,10 @@ def check(  # noqa: PLR0917 (typer: one parameter per option)
         Path | None, typer.Option(help="slurm.conf scontrol reads (default: SLURM_CONF).")
     ] = None,
 ) -> None:
-    """Preflight against the account and the Slurm controller: one line a check (✔ ✘ ?) with
-    what was asked and the fix; exit 1 on ✘ (and on ? with --strict). Read-only.
+    """Preflight against the account and the Slurm controller: one line a check (✔ ✘ ?) with what was asked and the fix; exit 1 on ✘ (and on ? with --strict). Read-only.
 
     $ coreburst burst check --stack burst
+
     $ coreburst burst check --stack burst --skip slurm --format json --principal arn:aws:iam::123456789012:role/burst-controller"""  # noqa: E501
     from coreburst.burst import check as preflight
     from guardrails.preflight import (
