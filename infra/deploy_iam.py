@@ -26,7 +26,7 @@ AMI parameter a cluster names (:class:`DeployScope`, built by :func:`deploy_scop
 
     >>> docs = deploy_policies(DeployScope(regions=("us-east-1",)))
     >>> sorted(docs)
-    ['fleet', 'guardrails', 'identity', 'network', 'storage']
+    ['fleet', 'guardrails', 'identity', 'network', 'preflight', 'storage']
     >>> [s["Sid"] for s in docs["identity"]["Statement"]][:3]
     ['StackRoles', 'StackRolesOnlyTheNodeManagedPolicies', 'StackInstanceProfiles']
 
@@ -663,7 +663,27 @@ GROUPS: dict[str, frozenset[str]] = {
     "fleet": frozenset({"autoscaling", "budgets", "sns", "ssm", "secretsmanager"}),
     # The guardrails Lambda, its state, queues, schedule and logs.
     "guardrails": frozenset({"dynamodb", "events", "lambda", "logs", "scheduler", "sqs"}),
+    # What `coreburst burst check` asks after `pulumi up` beyond the reads above (PREFLIGHT).
+    "preflight": frozenset(),
 }
+
+# The reads of the preflight the deploy job runs after `pulumi up` (coreburst/burst/check.py,
+# guardrails/preflight.py) that `pulumi up` itself does not need: the (type, zone) offerings,
+# the images of the launch templates, the P/Trn vCPU quotas, the spot-event rules by name
+# prefix, and IAM's simulation of the controller's policy (--principal, the
+# BURST_CONTROLLER_ARN variable). AWS authorizes the first four on `*` only (Service
+# Authorization Reference: no resource type for DescribeInstanceTypeOfferings, DescribeImages,
+# servicequotas:GetServiceQuota, events:ListRules); SimulatePrincipalPolicy on the principal
+# simulated, a role or a user of the account. Every other call of the check
+# (DescribeLaunchTemplateVersions, DescribeSubnets, ssm:GetParameter, ListTargetsByRule, the
+# queue's GetQueueUrl and GetQueueAttributes) is a read `pulumi up` already has.
+PREFLIGHT_UNSCOPED = (
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypeOfferings",
+    "events:ListRules",
+    "servicequotas:GetServiceQuota",
+)
+PREFLIGHT_PRINCIPALS = ("role/*", "user/*")
 MAX_POLICY_CHARS = 6144
 
 _ACCOUNT = re.compile(r"^(\d{12}|\*)$")
@@ -781,6 +801,21 @@ def deploy_policies(scope: DeployScope, *, account: str = "*") -> dict[str, dict
             statements.extend(_iam(p, account, actions))
         if "s3" in services:
             statements.extend(_data_buckets(p, regions, account, scope))
+        if group == "preflight":
+            statements += [
+                {
+                    "Sid": "PreflightReads",
+                    "Effect": "Allow",
+                    "Action": list(PREFLIGHT_UNSCOPED),
+                    "Resource": "*",
+                },
+                {
+                    "Sid": "PreflightSimulateTheController",
+                    "Effect": "Allow",
+                    "Action": "iam:SimulatePrincipalPolicy",
+                    "Resource": [f"arn:{p}:iam::{account}:{n}" for n in PREFLIGHT_PRINCIPALS],
+                },
+            ]
         docs[group] = {"Version": "2012-10-17", "Statement": statements}
     for group, doc in docs.items():
         size = policy_chars(doc)

@@ -158,7 +158,7 @@ def test_deploy_policy_check_names_what_is_stale(tmp_path: Path) -> None:
     code, out, _ = _run("deploy-policy", "--stack-dir", str(ROOT), "--out", str(tmp_path))
     assert code == 0 and out.startswith("wrote deploy-fleet.json, ")
     code, out, _ = _run("deploy-policy", "--stack-dir", str(ROOT), "--check", str(tmp_path))
-    assert (code, out) == (0, f"{tmp_path}: 5 policies up to date\n")
+    assert (code, out) == (0, f"{tmp_path}: 6 policies up to date\n")
     (tmp_path / "deploy-network.json").write_text("{}\n")
     (tmp_path / "deploy-old.json").write_text("{}\n")
     code, _, errout = _run("deploy-policy", "--stack-dir", str(ROOT), "--check", str(tmp_path))

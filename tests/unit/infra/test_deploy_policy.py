@@ -68,7 +68,7 @@ def docs() -> dict[str, dict[str, Any]]:
 
 
 def _union(docs: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """All five as one document: what the role is allowed, every policy attached together."""
+    """All six as one document: what the role is allowed, every policy attached together."""
     return {
         "Version": "2012-10-17",
         "Statement": [s for d in docs.values() for s in d["Statement"]],
