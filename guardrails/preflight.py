@@ -208,8 +208,8 @@ def check_spot_events(clients: ClientSource, queue_url: str | None = None) -> li
     events = clients("events")
     asked = "events:ListRules"
     fix_rules = (
-        "set coreburst:guardrails.enabled: true in the stack and pulumi up (it declares both "
-        "rules and the queue guardrails-spot-events)"
+        "pulumi up the stack (a burst stack, or one whose guardrails run the spot-interruption "
+        "rule, declares both rules and the queue guardrails-spot-events)"
     )
     try:
         rules: list[dict[str, Any]] = []

@@ -28,9 +28,9 @@ What is asked, per stack (``Pulumi.<stack>.yaml``, as the resume program reads i
 * ``permission``: what resume, suspend and the reconciler call that a dry run cannot show
   (Describe*, tag-conditioned CreateTags and TerminateInstances, iam:PassRole), by IAM
   SimulatePrincipalPolicy for the caller (or ``--principal``).
-* ``spot-events`` (a stack with a spot pool that deploys the guardrails with the
-  spot-interruption rule): the EventBridge rules for the two spot events
-  (infra/components/guardrails.py) exist, are enabled and deliver to an SQS queue that exists.
+* ``spot-events`` (a stack with a spot pool: every burst stack declares the queue and its
+  rules): the EventBridge rules for the two spot events
+  (infra/components/spot_events.py) exist, are enabled and deliver to an SQS queue that exists.
 * Slurm (on the controller): the fragment is in effect (slurmctld's ResumeProgram,
   SuspendProgram and ResumeFailProgram are the stack's), each program is executable by
   SlurmUser, ResumeTimeout is at least the stack's ``resumeTimeout`` (the pools' boot
@@ -936,18 +936,6 @@ def slurm_checks(stack: BurstStack, scontrol: Any) -> list[Result]:
     return check_slurm_config(stack, text, resv)
 
 
-# The guardrail rule whose queue and EventBridge rules the stack declares
-# (coreburst/burst/spot_interruption.py registers it; infra/components/guardrails.py SPOT_RULE).
-SPOT_RULE = "spot-interruption"
-
-
-def deploys_spot_events(stack: BurstStack) -> bool:
-    """Whether ``pulumi up`` of the stack declares the spot-event queue and its rules: the
-    stack deploys the guardrails (``coreburst:guardrails.enabled``) with the spot rule."""
-    g = stack.config.guardrails
-    return g.enabled and (g.rules is None or SPOT_RULE in g.rules)
-
-
 # -- the whole check -------------------------------------------------------------------------
 # What --skip may leave out: the account, the controller's permissions (DryRun launches and
 # policy simulation: in CI without the controller's ARN they would ask about the wrong
@@ -983,7 +971,8 @@ def run_checks(
                 if principal is None:  # a dry run asks as the caller: only then the controller
                     out += check_dry_runs(stack, sets, launcher, templates, clients)
                 out += check_simulation(stack, caller, principal or caller.principal, clients)
-            if any(ns.market == "spot" for ns in sets) and deploys_spot_events(stack):
+            # every burst stack declares the spot-event queue and rules (infra/program.py)
+            if any(ns.market == "spot" for ns in sets):
                 out += check_spot_events(clients)
     if "slurm" not in skip and scontrol is not None:
         out += slurm_checks(stack, scontrol)

@@ -65,9 +65,9 @@ def check(stack_dir: Path, stack: str, *args: str) -> Any:
 
 
 def burst_world(proxy: CheckProxy) -> World:
-    """What ``pulumi up`` of Pulumi.burst.yaml leaves: it deploys no guardrails, so no
-    spot-event queue or rules."""
-    return seed(proxy.upstream, load_burst_stack("burst", REPO), spot_events=False)
+    """What ``pulumi up`` of Pulumi.burst.yaml leaves: a burst stack declares the spot-event
+    queue and its rules (infra/components/spot_events.py) without the guardrails Lambda."""
+    return seed(proxy.upstream, load_burst_stack("burst", REPO))
 
 
 def burst_with_guardrails(proxy: CheckProxy, root: Path) -> World:
@@ -98,7 +98,11 @@ def test_the_burst_example_stack_where_everything_holds_is_all_ticks(proxy: Chec
         "permission      ec2:TerminateInstances",
     ):
         assert what in r.output
-    assert "spot-events" not in r.output  # the stack declares none
+    assert [line.split(":")[0] for line in r.output.splitlines() if "spot-events" in line] == [
+        "✔ spot-events     rule for 'EC2 Spot Instance Interruption Warning'",
+        "✔ spot-events     rule for 'EC2 Instance Rebalance Recommendation'",
+        "✔ spot-events     queue guardrails-spot-events-4f2a9c1",
+    ]
     assert r.output.splitlines()[-1].endswith(f"0 ✘, 0 ? of {len(body)} checks")
 
 
@@ -285,8 +289,9 @@ def test_a_missing_spot_rule_and_queue(proxy: CheckProxy, tmp_path: Path) -> Non
     assert r.exit_code == 1
     assert lines(r.output, "✘") == [
         "✘ spot-events     rule for 'EC2 Instance Rebalance Recommendation': no EventBridge rule "
-        "matches it (events:ListRules); fix: set coreburst:guardrails.enabled: true in the stack "
-        "and pulumi up (it declares both rules and the queue guardrails-spot-events)"
+        "matches it (events:ListRules); fix: pulumi up the stack (a burst stack, or one whose "
+        "guardrails run the spot-interruption rule, declares both rules and the queue "
+        "guardrails-spot-events)"
     ]
     client("sqs", proxy.upstream).delete_queue(QueueUrl=w.queue_url)
     r = check(tmp_path, "burst")
