@@ -31,10 +31,13 @@ Two layouts are read:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import subprocess
-from collections.abc import Sequence
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -158,11 +161,60 @@ def decode_output(raw: bytes | str, what: str) -> str:
         ) from None
 
 
-def parse_sacct_json(raw: bytes | str, now: int) -> list[JobRecord]:
-    """Job records from ``sacct --json`` (22.05's dbv0.0.38 layout or the data_parser
-    layouts of 23.02 on); raises :class:`AccountingError` naming what is wrong."""
+@contextmanager
+def _no_gc() -> Iterator[None]:
+    was = gc.isenabled()
+    gc.disable()
     try:
-        doc = json.loads(decode_output(raw, "sacct --json"))
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _bad_times(elapsed: int, end: int, start: int | None) -> str:
+    """Why a record's times cannot be, or "". ``start`` is the run's start where the layout
+    has it (22.05's JSON and --parsable2; the data_parser layouts fill ``time.start`` from
+    the eligible time, so it is not compared there)."""
+    if elapsed < 0:
+        return "a negative elapsed time (ElapsedRaw)"
+    if end < 0:
+        return "a negative end time"
+    if end > 0 and elapsed > end:
+        return "an elapsed time longer than the epoch to its end"
+    if start is not None and 0 < end < start:
+        return "an end before its start"
+    return ""
+
+
+def bad_records_note(bad: dict[str, list[str]]) -> str | None:
+    """One note for the records left out, by reason, naming up to five jobs each."""
+    if not bad:
+        return None
+    parts = []
+    for why, jobs in sorted(bad.items()):
+        more = f" and {len(jobs) - 5:,} more" if len(jobs) > 5 else ""
+        parts.append(f"{len(jobs):,} with {why} (job {', '.join(jobs[:5])}{more})")
+    n = sum(len(v) for v in bad.values())
+    return (
+        f"{n:,} sacct record(s) left out, their times cannot be: {'; '.join(parts)}; "
+        "check them with sacct -j JOBID and fix slurmdbd's job table"
+    )
+
+
+def parse_sacct_json(
+    raw: bytes | str, now: int, bad: dict[str, list[str]] | None = None
+) -> list[JobRecord]:
+    """Job records from ``sacct --json`` (22.05's dbv0.0.38 layout or the data_parser
+    layouts of 23.02 on); raises :class:`AccountingError` naming what is wrong. A record
+    whose times cannot be (negative elapsed, an end before its start) is left out and its
+    job named in ``bad`` (reason -> job ids; :func:`bad_records_note`)."""
+    bad = {} if bad is None else bad
+    try:
+        # A whole window of records is millions of containers made at once: the cycle
+        # collector walking them again and again (none is garbage) took most of the time.
+        with _no_gc():
+            doc = json.loads(decode_output(raw, "sacct --json"))
     except json.JSONDecodeError as exc:
         raise AccountingError(f"sacct --json: not JSON ({exc.msg} at line {exc.lineno})") from None
     if not isinstance(doc, dict):
@@ -174,6 +226,10 @@ def parse_sacct_json(raw: bytes | str, now: int) -> list[JobRecord]:
         raise AccountingError(f"sacct --json reported an error: {text}")
     if not isinstance(doc.get("jobs"), list):
         raise AccountingError("sacct --json: no 'jobs' list in its output")
+    # 22.05 (dbv0.0.38) has the run's own start; the data_parser layouts fill time.start
+    # from the eligible time, which an end may well precede for a job cancelled pending
+    plugin = _obj(_obj(doc.get("meta")).get("plugin")).get("type")
+    real_start = isinstance(plugin, str) and plugin.startswith("openapi/dbv0.0.3")
     out = []
     for j in doc["jobs"]:
         if not isinstance(j, dict):
@@ -188,6 +244,11 @@ def parse_sacct_json(raw: bytes | str, now: int) -> list[JobRecord]:
         t = _obj(j.get("time"))
         elapsed = _num(t.get("elapsed"), f"job {shown} time.elapsed") or 0
         end = _num(t.get("end"), f"job {shown} time.end") or 0
+        start = _num(t.get("start"), f"job {shown} time.start") if real_start else None
+        why = _bad_times(elapsed, end, start)
+        if why:
+            bad.setdefault(why, []).append(shown)
+            continue
         state_v = _obj(j.get("state")).get("current")
         state = " ".join(state_v) if isinstance(state_v, list) else _text(state_v)
         tres = _obj(j.get("tres"))
@@ -218,9 +279,13 @@ def parse_sacct_json(raw: bytes | str, now: int) -> list[JobRecord]:
     return out
 
 
-def parse_sacct_parsable(raw: bytes | str, now: int) -> list[JobRecord]:
+def parse_sacct_parsable(
+    raw: bytes | str, now: int, bad: dict[str, list[str]] | None = None
+) -> list[JobRecord]:
     """Job records from ``sacct --parsable2 --noheader --format=`` :data:`PARSABLE_FIELDS`
-    run with ``SLURM_TIME_FORMAT=%s``."""
+    run with ``SLURM_TIME_FORMAT=%s``; records with impossible times go to ``bad`` as in
+    :func:`parse_sacct_json`."""
+    bad = {} if bad is None else bad
     out = []
     for n, line in enumerate(decode_output(raw, "sacct --parsable2").splitlines(), 1):
         if not line.strip():
@@ -231,15 +296,21 @@ def parse_sacct_parsable(raw: bytes | str, now: int) -> list[JobRecord]:
                 f"sacct --parsable2 line {n}: {len(cols)} fields, expected "
                 f"{len(PARSABLE_FIELDS)} ({','.join(PARSABLE_FIELDS)})"
             )
-        job, user, account, partition, cluster, nodelist, elapsed_s, _start, end_s, tres, st = cols
+        job, user, account, partition, cluster, nodelist, elapsed_s, start_s, end_s, tres, st = cols
+        unset = ("", "Unknown", "None")
         try:
             elapsed = int(elapsed_s or 0)
-            end = 0 if end_s in ("", "Unknown", "None") else int(end_s)
+            end = 0 if end_s in unset else int(end_s)
+            start = None if start_s in unset else int(start_s)
         except ValueError:
             raise AccountingError(
-                f"sacct --parsable2 line {n}: ElapsedRaw {elapsed_s!r} / End {end_s!r} are not "
-                "seconds; run sacct with SLURM_TIME_FORMAT=%s"
+                f"sacct --parsable2 line {n}: ElapsedRaw {elapsed_s!r} / Start {start_s!r} / "
+                f"End {end_s!r} are not seconds; run sacct with SLURM_TIME_FORMAT=%s"
             ) from None
+        why = _bad_times(elapsed, end, start)
+        if why:
+            bad.setdefault(why, []).append(job)
+            continue
         pairs = []
         for part in filter(None, tres.split(",")):
             name, _, count = part.partition("=")
@@ -289,6 +360,134 @@ def sacct_args(since: int, until: int, layout: str) -> list[str]:
     return [*base, "--parsable2", "--noheader", f"--format={','.join(PARSABLE_FIELDS)}"]
 
 
+# How much of slurmdbd's answer one sacct call may bring: a call over this much JSON is asked
+# again as two halves, so the records parsed at once stay a few hundred MB of objects
+# whatever the site's rate. sacct --json prints about 1.8-4 kB per job run.
+SLICE_MAX_BYTES = 48 << 20
+SLICE_FIRST_S = 86400  # the first slice; later ones grow while answers stay small
+SLICE_MIN_S = 60
+
+
+def owner_time(job: JobRecord, since: int, until: int) -> int:
+    """The instant that decides which time slice of [since, until) counts a run: its end,
+    or the window's last second for a run still going or ending after it. sacct lists a run
+    in every slice it overlaps (SchedMD/slurm ``as_mysql_jobacct_process.c``: eligible before
+    the slice's end, and ended at or after its start or not at all), so each is counted in
+    one: a run's end only changes after the report's ``now``, past ``until``, so its owner is
+    the same in every slice that lists it."""
+    if job.end is None:
+        return until - 1
+    return min(max(job.end, since), until - 1)
+
+
+class JobStream:
+    """Every job run in [since, until) from slurmdbd, read in time slices, one sacct call
+    (with its own deadline) per slice, and given out one slice at a time, so that memory is
+    bounded by a slice, not the window. Iterate once. ``source`` names the layout read;
+    ``bad`` the records left out (:func:`bad_records_note`).
+
+    >>> stream = JobStream(since, until, now)  # doctest: +SKIP
+    >>> sum(j.gpu_seconds(since, until, now) for j in stream), stream.source  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        since: int,
+        until: int,
+        now: int,
+        *,
+        env: dict[str, str] | None = None,
+        run: Runner = subprocess.run,
+        timeout_s: float = 120,
+        slice_s: int = SLICE_FIRST_S,
+        max_bytes: int = SLICE_MAX_BYTES,
+        progress: Callable[[int, int, int], None] | None = None,
+    ) -> None:
+        self.since, self.until, self.now = since, until, now
+        self.env = {k: v for k, v in (env if env is not None else os.environ).items()}
+        self.env.pop("SLURM_TIME_FORMAT", None)  # 22.05's --json cannot parse its own times
+        self.run, self.timeout_s = run, timeout_s
+        self.slice_s, self.max_bytes = max(SLICE_MIN_S, slice_s), max_bytes
+        self.progress = progress
+        self.layout: str | None = None
+        self.bad: dict[str, list[str]] = {}
+        self.calls = 0
+        self.runs = 0
+
+    @property
+    def source(self) -> str:
+        return f"sacct --{self.layout or 'json'}"
+
+    def _call(self, since: int, until: int, layout: str) -> tuple[int, bytes | str, str]:
+        run_env = {**self.env, "TZ": "UTC"}
+        if layout == "parsable2":
+            run_env["SLURM_TIME_FORMAT"] = "%s"
+        try:
+            done = call(
+                *sacct_args(since, until, layout), env=run_env, timeout_s=self.timeout_s,
+                run=self.run, hint=SACCT_HINT, timeout_hint="is slurmdbd up?",
+            )  # fmt: skip
+        except SlurmError as exc:
+            raise AccountingError(str(exc)) from None
+        self.calls += 1
+        return done.returncode, done.stdout, done.said or f"exit {done.returncode}"
+
+    def _slice(self, since: int, until: int) -> bytes | str:
+        """One slice's output; the first call picks the layout (``--json``; a sacct built
+        without the JSON serializer refuses it and is asked for ``--parsable2``)."""
+        if self.layout is not None:
+            code, out, said = self._call(since, until, self.layout)
+            if code != 0:
+                raise AccountingError(
+                    f"sacct failed ({said}) for {slurm_time(since)}..{slurm_time(until)}; "
+                    "check that slurmdbd is up"
+                )
+            return out
+        errors = []
+        for layout in ("json", "parsable2"):
+            code, out, said = self._call(since, until, layout)
+            if code == 0:
+                self.layout = layout
+                return out
+            errors.append(said)
+        said = (
+            errors[0]
+            if errors[0] == errors[1]
+            else f"--json: {errors[0]}; --parsable2: {errors[1]}"
+        )
+        raise AccountingError(
+            f"sacct failed ({said}); check SLURM_CONF names a slurm.conf whose "
+            "AccountingStorageType is accounting_storage/slurmdbd and that slurmdbd is up"
+        )
+
+    def _parse(self, out: bytes | str) -> list[JobRecord]:
+        parse = parse_sacct_json if self.layout == "json" else parse_sacct_parsable
+        return parse(out, self.now, self.bad)
+
+    def __iter__(self) -> Iterator[JobRecord]:
+        lo, step = self.since, self.slice_s
+        while lo < self.until:
+            hi = min(self.until, lo + step)
+            out = self._slice(lo, hi)
+            size = len(out)
+            if size > self.max_bytes and hi - lo > SLICE_MIN_S:
+                del out  # too much at once: ask for half (the objects would be ~10x)
+                step = max(SLICE_MIN_S, (hi - lo) // 2)
+                continue
+            records = self._parse(out)
+            del out
+            for job in records:
+                if lo <= owner_time(job, self.since, self.until) < hi:
+                    self.runs += 1
+                    yield job
+            del records
+            lo = hi
+            if size < self.max_bytes // 4:  # a quiet stretch: fewer, longer calls
+                step *= 2
+            if self.progress is not None:
+                self.progress(lo - self.since, self.until - self.since, self.runs)
+
+
 def read_jobs(
     since: int,
     until: int,
@@ -297,31 +496,26 @@ def read_jobs(
     env: dict[str, str] | None = None,
     run: Runner = subprocess.run,
     timeout_s: float = 120,
+    slice_s: int | None = None,
 ) -> tuple[list[JobRecord], str]:
-    """Every job run in the window from slurmdbd, and which layout was read. Tries
-    ``--json``; a sacct that refuses it (built without the JSON serializer) is asked for
-    ``--parsable2``. Raises :class:`AccountingError` (one line) when neither works."""
-    base = {k: v for k, v in (env if env is not None else os.environ).items()}
-    base.pop("SLURM_TIME_FORMAT", None)  # 22.05's --json cannot parse its own times with it
-    errors = []
-    for layout in ("json", "parsable2"):
-        cmd = sacct_args(since, until, layout)
-        run_env = {**base, "TZ": "UTC"}
-        if layout == "parsable2":
-            run_env["SLURM_TIME_FORMAT"] = "%s"
-        try:
-            done = call(
-                *cmd, env=run_env, timeout_s=timeout_s, run=run, hint=SACCT_HINT,
-                timeout_hint="is slurmdbd up?",
-            )  # fmt: skip
-        except SlurmError as exc:
-            raise AccountingError(str(exc)) from None
-        if done.returncode == 0:
-            parse = parse_sacct_json if layout == "json" else parse_sacct_parsable
-            return parse(done.stdout, now), f"sacct --{layout}"
-        errors.append(done.said or f"exit {done.returncode}")
-    said = errors[0] if errors[0] == errors[1] else f"--json: {errors[0]}; --parsable2: {errors[1]}"
-    raise AccountingError(
-        f"sacct failed ({said}); check SLURM_CONF names a slurm.conf whose "
-        "AccountingStorageType is accounting_storage/slurmdbd and that slurmdbd is up"
+    """Every job run in the window from slurmdbd, and which layout was read (see
+    :class:`JobStream`; ``slice_s`` None: the whole window in one call). Raises
+    :class:`AccountingError` (one line) when sacct cannot answer."""
+    stream = JobStream(
+        since, until, now, env=env, run=run, timeout_s=timeout_s,
+        slice_s=slice_s or max(SLICE_MIN_S, until - since), max_bytes=1 << 62,
+    )  # fmt: skip
+    jobs = list(stream)
+    return jobs, stream.source
+
+
+def terminal_progress(done_s: int, total_s: int, runs: int) -> None:
+    """``reading sacct: 40% of the window, 123,456 job runs`` on stderr, when it is a
+    terminal (a pipe or a log gets nothing)."""
+    if not sys.stderr.isatty():
+        return
+    end = "\n" if done_s >= total_s else ""
+    sys.stderr.write(
+        f"\rreading sacct: {done_s / total_s:4.0%} of the window, {runs:,} job runs{end}"
     )
+    sys.stderr.flush()
