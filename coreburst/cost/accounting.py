@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from fractions import Fraction
+from functools import lru_cache
 from typing import Any
 
 from coreburst.burst.hostlist import HostlistError, expand
@@ -108,9 +109,12 @@ class JobRecord:
         return Fraction(self.gpus, len(self.nodes)) if self.nodes else Fraction(0)
 
 
-def _num(value: Any, what: str) -> int | None:
+def _num(value: Any, what: str, job: str = "") -> int | None:
     """An integer as either layout prints it: plain, or ``{"set", "infinite", "number"}``
-    (data_parser v0.0.39 on). None for unset or infinite."""
+    (data_parser v0.0.39 on). None for unset or infinite. (``what`` and ``job`` are joined
+    only for the error: a million records' messages built in advance cost seconds.)"""
+    if type(value) is int:
+        return value
     if isinstance(value, dict):
         if not value.get("set", False) or value.get("infinite", False):
             return None
@@ -118,7 +122,8 @@ def _num(value: Any, what: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise AccountingError(f"sacct --json: {what} is {value!r}, not a number")
+        where = f"job {job} {what}" if job else what
+        raise AccountingError(f"sacct --json: {where} is {value!r}, not a number")
     return int(value)
 
 
@@ -131,13 +136,21 @@ def _text(value: Any) -> str:
 
 
 def _nodes(hostlist: str, job: str) -> tuple[str, ...]:
+    try:
+        return _expand_cached(hostlist)
+    except HostlistError as exc:
+        raise AccountingError(
+            f"job {job}: node list {hostlist.strip()!r} unreadable ({exc})"
+        ) from None
+
+
+@lru_cache(maxsize=1 << 16)
+def _expand_cached(hostlist: str) -> tuple[str, ...]:
+    """A node list's names; the same lists recur across a million records."""
     text = hostlist.strip()
     if not text or text.lower() in ("none assigned", "(null)", "none"):
         return ()
-    try:
-        return tuple(expand(text))
-    except HostlistError as exc:
-        raise AccountingError(f"job {job}: node list {text!r} unreadable ({exc})") from None
+    return tuple(expand(text))
 
 
 def gpu_count(items: Sequence[tuple[str, int]]) -> int:
@@ -209,14 +222,21 @@ def parse_sacct_json(
     layouts of 23.02 on); raises :class:`AccountingError` naming what is wrong. A record
     whose times cannot be (negative elapsed, an end before its start) is left out and its
     job named in ``bad`` (reason -> job ids; :func:`bad_records_note`)."""
-    bad = {} if bad is None else bad
-    try:
-        # A whole window of records is millions of containers made at once: the cycle
-        # collector walking them again and again (none is garbage) took most of the time.
-        with _no_gc():
+    # A window of records is millions of containers made at once, none of them garbage: the
+    # cycle collector walking them again and again took most of the time.
+    with _no_gc():
+        try:
             doc = json.loads(decode_output(raw, "sacct --json"))
-    except json.JSONDecodeError as exc:
-        raise AccountingError(f"sacct --json: not JSON ({exc.msg} at line {exc.lineno})") from None
+        except json.JSONDecodeError as exc:
+            raise AccountingError(
+                f"sacct --json: not JSON ({exc.msg} at line {exc.lineno})"
+            ) from None
+        out = _json_jobs(doc, now, {} if bad is None else bad)
+        del doc  # freed before the collector is back
+    return out
+
+
+def _json_jobs(doc: Any, now: int, bad: dict[str, list[str]]) -> list[JobRecord]:
     if not isinstance(doc, dict):
         raise AccountingError("sacct --json: its output is not a JSON object")
     errors = [e for e in doc.get("errors") or [] if e]
@@ -242,9 +262,9 @@ def parse_sacct_json(
         array_job = _num(array.get("job_id"), "array.job_id") or 0
         shown = f"{array_job}_{task}" if array_job and task is not None else str(job_id)
         t = _obj(j.get("time"))
-        elapsed = _num(t.get("elapsed"), f"job {shown} time.elapsed") or 0
-        end = _num(t.get("end"), f"job {shown} time.end") or 0
-        start = _num(t.get("start"), f"job {shown} time.start") if real_start else None
+        elapsed = _num(t.get("elapsed"), "time.elapsed", shown) or 0
+        end = _num(t.get("end"), "time.end", shown) or 0
+        start = _num(t.get("start"), "time.start", shown) if real_start else None
         why = _bad_times(elapsed, end, start)
         if why:
             bad.setdefault(why, []).append(shown)
@@ -256,9 +276,10 @@ def parse_sacct_json(
         for item in tres.get("allocated") or []:
             if not isinstance(item, dict):
                 raise AccountingError(f"job {shown}: tres.allocated entry is not an object")
-            count = _num(item.get("count"), f"job {shown} TRES count") or 0
-            name = _text(item.get("type")) + ("/" + item["name"] if item.get("name") else "")
-            pairs.append((name, count))
+            if item.get("type") != "gres":  # only gres/gpu is read (cpu, mem, node...)
+                continue
+            count = _num(item.get("count"), "TRES count", shown) or 0
+            pairs.append(("gres/" + _text(item.get("name")), count))
         nodes = _nodes(_text(j.get("nodes")), shown)
         running = end <= 0
         stop = now if running else end

@@ -28,6 +28,7 @@ within half a cent of instance-hours x price. A price the catalog lacks makes GP
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -101,6 +102,79 @@ def instance_lifetimes(
     for node in list(open_at):
         close(node, until)
     return spans
+
+
+# EC2's StateTransitionReason for a stopped or terminated instance: "User initiated
+# (2018-02-01 00:00:00 GMT)" (EC2 API reference, Instance.StateTransitionReason:
+# https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Instance.html); moto writes UTC.
+_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
+ENDED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+NODE_TAG, JOB_TAG = "coreburst-slurm-node", "coreburst-job"
+
+
+def ec2_lifetimes(
+    text: str, since: int, until: int, origin: str = "--ec2-instances file"
+) -> tuple[dict[str, list[tuple[int, int]]], dict[str, list[dict[str, Any]]]]:
+    """Per node, the spans its instances ran inside [since, until) by EC2's own times, and
+    each instance (id, the job it was launched for, launch and end), from saved
+    ``aws ec2 describe-instances --output json`` (instances tagged ``coreburst-slurm-node``
+    by the resume program). An instance still running runs to ``until``; one that ended
+    with no time in its StateTransitionReason is refused (its bill cannot be told).
+
+    >>> doc = '{"Reservations": [{"Instances": [{"InstanceId": "i-1", ' \\
+    ...   '"LaunchTime": "1970-01-01T00:01:40+00:00", "State": {"Name": "running"}, ' \\
+    ...   '"Tags": [{"Key": "coreburst-slurm-node", "Value": "od-1"}]}]}]}'
+    >>> ec2_lifetimes(doc, 0, 200)[0]
+    {'od-1': [(100, 200)]}
+    """
+    try:
+        doc = json.loads(text)
+        found = [i for r in doc["Reservations"] for i in r["Instances"]]
+    except (ValueError, KeyError, TypeError):
+        raise AccountingError(
+            f"{origin}: not the JSON of aws ec2 describe-instances (no Reservations/Instances)"
+        ) from None
+    spans: dict[str, list[tuple[int, int]]] = {}
+    instances: dict[str, list[dict[str, Any]]] = {}
+    for inst in found:
+        try:
+            iid = str(inst["InstanceId"])
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+            launched = int(
+                datetime.fromisoformat(inst["LaunchTime"].replace("Z", "+00:00")).timestamp()
+            )
+            state = inst["State"]["Name"]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise AccountingError(
+                f"{origin}: an instance without InstanceId, LaunchTime (ISO 8601), State or "
+                "Tags as describe-instances prints them"
+            ) from None
+        node = tags.get(NODE_TAG)
+        if not node:
+            continue
+        end = until
+        if state in ENDED_STATES:
+            m = _ENDED.search(str(inst.get("StateTransitionReason") or ""))
+            if m is None:
+                raise AccountingError(
+                    f"{origin}: {iid} is {state} but its StateTransitionReason has no time; "
+                    "give the file as describe-instances printed it, or leave it out to use "
+                    "the audit log"
+                )
+            end = int(
+                datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+            )
+        ended = state in ENDED_STATES
+        instances.setdefault(node, []).append({
+            "instance_id": iid,
+            "launched_for_job": tags.get(JOB_TAG),  # the resume program's tag
+            "launch": _iso(launched),
+            "end": _iso(end) if ended else None,  # None: still running
+        })  # fmt: skip
+        lo, hi = max(launched, since), min(end, until)
+        if hi > lo:
+            spans.setdefault(node, []).append((lo, hi))
+    return spans, instances
 
 
 def _cents(x: Fraction) -> int:
