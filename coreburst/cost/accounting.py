@@ -485,28 +485,46 @@ class JobStream:
         parse = parse_sacct_json if self.layout == "json" else parse_sacct_parsable
         return parse(out, self.now, self.bad)
 
+    def _next_step(self, span: int, size: int) -> int:
+        """The next slice's length: aimed at half the cap from this slice's bytes per second
+        (the next stretch may be busier), at most four times this one's."""
+        if size <= 0:
+            return span * 4
+        return max(SLICE_MIN_S, min(span * 4, span * (self.max_bytes // 2) // size))
+
     def __iter__(self) -> Iterator[JobRecord]:
-        lo, step = self.since, self.slice_s
-        while lo < self.until:
-            hi = min(self.until, lo + step)
-            out = self._slice(lo, hi)
-            size = len(out)
-            if size > self.max_bytes and hi - lo > SLICE_MIN_S:
-                del out  # too much at once: ask for half (the objects would be ~10x)
-                step = max(SLICE_MIN_S, (hi - lo) // 2)
-                continue
-            records = self._parse(out)
-            del out
-            for job in records:
-                if lo <= owner_time(job, self.since, self.until) < hi:
-                    self.runs += 1
-                    yield job
-            del records
-            lo = hi
-            if size < self.max_bytes // 4:  # a quiet stretch: fewer, longer calls
-                step *= 2
-            if self.progress is not None:
-                self.progress(lo - self.since, self.until - self.since, self.runs)
+        # The next slice is asked for while this one is parsed: slurmdbd and sacct work
+        # while we do, and memory holds one slice's objects and the next one's text.
+        from concurrent.futures import ThreadPoolExecutor
+
+        lo = self.since
+        hi = min(self.until, lo + self.slice_s)
+        out = self._slice(lo, hi)  # the first call picks the layout
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="sacct") as pool:
+            while True:
+                size = len(out)
+                if size > self.max_bytes and hi - lo > SLICE_MIN_S:
+                    del out  # too much at once (the objects are ~10x): ask for half
+                    hi = lo + max(SLICE_MIN_S, (hi - lo) // 2)
+                    out = self._slice(lo, hi)
+                    continue
+                ahead = None
+                if hi < self.until:
+                    next_lo, next_hi = hi, min(self.until, hi + self._next_step(hi - lo, size))
+                    ahead = pool.submit(self._slice, next_lo, next_hi)
+                records = self._parse(out)
+                del out
+                for job in records:
+                    if lo <= owner_time(job, self.since, self.until) < hi:
+                        self.runs += 1
+                        yield job
+                del records
+                if self.progress is not None:
+                    self.progress(hi - self.since, self.until - self.since, self.runs)
+                if ahead is None:
+                    return
+                lo, hi = next_lo, next_hi
+                out = ahead.result()
 
 
 def read_jobs(
