@@ -205,6 +205,8 @@ def bad_records_note(bad: dict[str, list[str]]) -> str | None:
     if not bad:
         return None
     parts = []
+    # a record sacct lists in more than one time slice is named once
+    bad = {why: sorted(set(jobs), key=lambda j: (len(j), j)) for why, jobs in bad.items()}
     for why, jobs in sorted(bad.items()):
         more = f" and {len(jobs) - 5:,} more" if len(jobs) > 5 else ""
         parts.append(f"{len(jobs):,} with {why} (job {', '.join(jobs[:5])}{more})")
@@ -420,15 +422,17 @@ class JobStream:
         env: dict[str, str] | None = None,
         run: Runner = subprocess.run,
         timeout_s: float = 120,
-        slice_s: int = SLICE_FIRST_S,
-        max_bytes: int = SLICE_MAX_BYTES,
+        slice_s: int | None = None,
+        max_bytes: int | None = None,
         progress: Callable[[int, int, int], None] | None = None,
     ) -> None:
         self.since, self.until, self.now = since, until, now
         self.env = {k: v for k, v in (env if env is not None else os.environ).items()}
         self.env.pop("SLURM_TIME_FORMAT", None)  # 22.05's --json cannot parse its own times
         self.run, self.timeout_s = run, timeout_s
-        self.slice_s, self.max_bytes = max(SLICE_MIN_S, slice_s), max_bytes
+        # (None: the module's figures, read now, so a test can set them)
+        self.slice_s = max(SLICE_MIN_S, SLICE_FIRST_S if slice_s is None else slice_s)
+        self.max_bytes = SLICE_MAX_BYTES if max_bytes is None else max_bytes
         self.progress = progress
         self.layout: str | None = None
         self.bad: dict[str, list[str]] = {}

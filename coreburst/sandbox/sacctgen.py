@@ -142,6 +142,8 @@ class Generated:
             free[:gpus] = [end] * gpus
             free.sort()
             eligible = max(since - 3600, start - rnd.randint(0, 600))
+            if start >= until:
+                continue  # still pending at the end: no run to record yet
             if burst:
                 burst_spans.setdefault(node, []).append((start - 30, end + 60))
             still = end > until

@@ -340,3 +340,45 @@ def test_teams_mapping_an_account_twice_is_refused(stack_dir: Path, tmp_path: Pa
         err
         == f"error: --teams {teams} line 3: account 'ml' is mapped twice; keep one team for it\n"
     )
+
+
+def test_slices_read_the_same_report_as_one_whole_window(
+    stack_dir: Path, slurm_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generated records in the recorded 22.05 layout (coreburst/sandbox/sacctgen.py) over a
+    day: the report from one whole-window ``sacct --json`` (saved, --sacct-json: the read
+    before time slices) and from a sacct stand-in on PATH answering each slice as slurmdbd
+    selects are the same text, but for the line naming where the jobs came from."""
+    import sys
+
+    from coreburst.cost import accounting
+    from coreburst.sandbox.sacctgen import Generated, answer
+
+    until = 1796349600  # 2026-12-04T02:00
+    gen = Generated.create(tmp_path / "recs", json.loads(SACCT.read_text()), n=300, days=1,
+                           until=until)  # fmt: skip
+    whole = tmp_path / "whole.json"
+    with whole.open("wb") as f:
+        answer(gen.root, ["--json", "--starttime=2026-12-03T02:00:00",
+                          "--endtime=2026-12-04T02:00:00"], f)  # fmt: skip
+    (slurm_bin / "sacct").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -m coreburst.sandbox.sacctgen "{gen.root}" "$@"\n'
+    )
+    (slurm_bin / "sacct").chmod(0o755)
+    monkeypatch.setattr(accounting, "SLICE_FIRST_S", 3600)
+    monkeypatch.setattr(accounting, "SLICE_MAX_BYTES", 400_000)  # one slice asked again
+    window = ["--since", "2026-12-03T02:00", "--until", "2026-12-04T02:00"]
+    audit = gen.meta["audit_log"]
+    for fmt in ("table",):  # (the JSON and CSV are the same document's; test_json_csv_...)
+        common = ["report", *window, "--stack", "lab", "--stack-dir", str(stack_dir),
+                  "--gpu-hour-usd", "2.35", "--audit-log", audit, "--format", fmt]  # fmt: skip
+        one = CliRunner().invoke(app, [*common, "--sacct-json", str(whole)])
+        sliced = CliRunner().invoke(app, common)
+        assert one.exit_code == sliced.exit_code == 0, (one.stderr, sliced.stderr)
+        strip = lambda text: [  # noqa: E731
+            line
+            for line in text.splitlines()
+            if "jobs from" not in line and "jobs_source" not in line
+        ]
+        assert strip(one.stdout) == strip(sliced.stdout), fmt
+        assert "$" in one.stdout or fmt != "table"
