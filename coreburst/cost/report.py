@@ -18,9 +18,16 @@ used are the *idle* row, from the resume program's audit log (``auditLog`` of th
 each core node's GPUs (``scontrol show node``) x the time it was in service (slurmdbd's node
 events: down, drained, powered down) less the GPU-seconds jobs held there
 (:mod:`coreburst.cost.capacity`); a node whose GPUs cannot be read is unknown, never idle.
-The report does not read instance tags; the resume program's
-``coreburst-job`` / ``coreburst-user`` / ``coreburst-account`` tags are for joining AWS Cost
-Explorer or the CUR with these rows.
+A burst job's time is clipped to its instance's lifetime (the audit
+log's, or EC2's own launch and end times from ``--ec2-instances``, a saved
+``aws ec2 describe-instances``): the report never charges more than EC2 billed. The JSON's
+``burst_instances`` names every job that ran on each instance and, from the resume program's
+``coreburst-job`` tag, the job it was launched for; its ``coreburst-user`` /
+``coreburst-account`` tags are for joining AWS Cost Explorer or the CUR with these rows.
+
+Jobs are read in time slices of the window (:class:`coreburst.cost.accounting.JobStream`,
+one deadline per slice) and counted as they come: a month of a site running 30,000 jobs a day
+stays within a few hundred MB.
 
 **Teams** are Slurm accounts, or what ``--teams FILE`` (YAML ``account: team``) maps them to.
 
