@@ -511,10 +511,10 @@ def build_ledger(
         )
     for node in sorted(clipped):
         per = clipped[node]
-        spans = ", ".join(f"{_iso(lo)}..{_iso(hi)}" for lo, hi in life.get(node, []))
+        lived = ", ".join(f"{_iso(lo)}..{_iso(hi)}" for lo, hi in life.get(node, []))
         notes.append(
             f"{len(per)} job run(s) on {node} ({_named(per)}) were recorded "
-            f"{sum(per.values()):,} s outside its instance's lifetime ({spans or 'none'} in "
+            f"{sum(per.values()):,} s outside its instance's lifetime ({lived or 'none'} in "
             f"{lifetime_source}): clipped to it, since EC2 bills the instance (a job Slurm "
             "holds in CONFIGURING on a node that never registers is recorded longer)"
         )

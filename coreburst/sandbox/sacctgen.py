@@ -70,7 +70,8 @@ def template_parts(fixture: dict[str, Any]) -> tuple[list[str], list[str]]:
     text = json.dumps(job, indent=2)
     marks = {json.dumps(v): k for k, v in _SENTINEL.items()}
     marks.update({str(v): k for k, v in _INT_SENTINEL.items()})
-    parts, names = [], []
+    parts: list[str] = []
+    names: list[str] = []
     pos = 0
     while True:
         hits = [(text.find(m, pos), m) for m in marks if text.find(m, pos) >= 0]
@@ -171,7 +172,7 @@ class Generated:
             _write_chunk(root / f"h{hour}", recs)
         _write_chunk(root / "running", running)
         audit = root / "burst-audit.jsonl"
-        events = []
+        events: list[dict[str, Any]] = []
         for node, spans in burst_spans.items():
             spans.sort()
             merged: list[list[int]] = []
@@ -181,7 +182,7 @@ class Generated:
                 else:
                     merged.append([a, b])
             for k, (a, b) in enumerate(merged):
-                iid = f"i-{abs(hash((node, k))) % 16**17:017x}"
+                iid = f"i-{burst_nodes.index(node):02x}{k:015x}"
                 events.append(
                     {"ts": a, "event": "resume.launched", "nodes": node, "instances": [iid]}
                 )
