@@ -253,4 +253,11 @@ def answer(root: Path, argv: list[str], out: Any) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "generate":  # generate ROOT FIXTURE N DAYS UNTIL
+        root, fixture, n, days, until = sys.argv[2:7]
+        Generated.create(
+            Path(root), json.loads(Path(fixture).read_text()), n=int(n), days=int(days),
+            until=int(until),
+        )  # fmt: skip
+        sys.exit(0)
     sys.exit(answer(Path(sys.argv[1]), sys.argv[2:], sys.stdout.buffer))
