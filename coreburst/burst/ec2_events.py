@@ -17,8 +17,10 @@ Policy, per node (the earliest deadline of its issues wins):
   lands there; the reason shows in ``sinfo -R``), the same text in the node's Comment, then
   ``state=power_down``: Slurm powers the node down as soon as it is idle (its SuspendProgram
   terminates the instance) and the next job that needs the node gets a fresh instance.
-  ``POWER_DOWN_ASAP`` is not used because slurmctld overwrites the drain reason with
-  "POWER_DOWN_ASAP" (src/slurmctld/node_mgr.c, update_node).
+  (``state=power_down_asap reason=...`` in one update would keep the reason too: slurmctld's
+  update_node sets the update's reason before it acts on the state, and _drain_node writes
+  "POWER_DOWN_ASAP" only on a node not yet drained whose reason is unset or "Not responding";
+  src/slurmctld/node_mgr.c, the same from 22.05 to 26.05.)
 * **deadline**: a scheduled event's ``NotBefore - event_margin``; an impaired status check's
   first sighting ``+ impaired_grace``. At the deadline a node still running a job is powered
   down by force (``state=power_down_force``): Slurm requeues the job (it runs elsewhere or on a
