@@ -188,9 +188,7 @@ def _no_gc() -> Iterator[None]:
 
 
 def _bad_times(elapsed: int, end: int, start: int | None) -> str:
-    """Why a record's times cannot be, or "". ``start`` is the run's start where the layout
-    has it (22.05's JSON and --parsable2; the data_parser layouts fill ``time.start`` from
-    the eligible time, so it is not compared there)."""
+    """Why a record's times cannot be, or "". ``start``: the run's start (None: unset)."""
     if elapsed < 0:
         return "a negative elapsed time (ElapsedRaw)"
     if end < 0:
@@ -250,10 +248,6 @@ def _json_jobs(doc: Any, now: int, bad: dict[str, list[str]]) -> list[JobRecord]
         raise AccountingError(f"sacct --json reported an error: {text}")
     if not isinstance(doc.get("jobs"), list):
         raise AccountingError("sacct --json: no 'jobs' list in its output")
-    # 22.05 (dbv0.0.38) has the run's own start; the data_parser layouts fill time.start
-    # from the eligible time, which an end may well precede for a job cancelled pending
-    plugin = _obj(_obj(doc.get("meta")).get("plugin")).get("type")
-    real_start = isinstance(plugin, str) and plugin.startswith("openapi/dbv0.0.3")
     out = []
     for j in doc["jobs"]:
         if not isinstance(j, dict):
@@ -268,7 +262,7 @@ def _json_jobs(doc: Any, now: int, bad: dict[str, list[str]]) -> list[JobRecord]
         t = _obj(j.get("time"))
         elapsed = _num(t.get("elapsed"), "time.elapsed", shown) or 0
         end = _num(t.get("end"), "time.end", shown) or 0
-        start = _num(t.get("start"), "time.start", shown) if real_start else None
+        start = _num(t.get("start"), "time.start", shown)  # the run's start (every layout)
         why = _bad_times(elapsed, end, start)
         if why:
             bad.setdefault(why, []).append(shown)
