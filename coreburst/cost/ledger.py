@@ -5,9 +5,12 @@ allocated GPU-hour). A burst node is billed by EC2 for every second its instance
 or not; each job on it pays its share, ``GPU-seconds on the node x instance $/h / (GPUs of
 the instance x 3600)`` (nodes shared by several jobs split by time x GPUs), and what no job
 used is *idle*: ``instance-seconds x GPUs - job GPU-seconds``, at the same rate, on its own
-row. So the burst column adds up to instance-hours x the catalog's price. Instance lifetimes
-come from the burst audit log (:func:`instance_lifetimes`); a node with jobs but no recorded
-lifetime has its jobs priced and no idle figure (missing data is never idle).
+row. So the burst column adds up to instance-hours x the catalog's price, and never to more:
+a job's time on a burst node is clipped to its instance's lifetime there (Slurm records jobs
+held in CONFIGURING on a node that never registers for longer than the instance lived).
+Instance lifetimes come from the burst audit log (:func:`instance_lifetimes`) or EC2's own
+times (:func:`ec2_lifetimes`); a node with jobs but no recorded lifetime has its jobs priced
+unclipped and the idle row is *unknown* (missing data is never idle, nor $0).
 
 The core is paid for whether or not jobs use it: its *idle* row is, per core node, ``GPUs x the
 time Slurm had it in service - GPU-seconds jobs held there`` (:mod:`coreburst.cost.capacity`:
@@ -18,10 +21,10 @@ or whose jobs held more than its capacity (the records disagree) is *unknown*: n
 note, never idle.
 
 Money is exact: GPU-seconds are integers, prices :class:`~decimal.Decimal`, sums
-:class:`~fractions.Fraction`; each core cell is its own GPU-hours x rate rounded to the cent
-(half even); the burst column's total is rounded once and shared out to the rows by largest
-remainder, so every column's rows add up to its total to the cent and the burst total is
-within half a cent of instance-hours x price. A price the catalog lacks makes GPU-hours
+:class:`~fractions.Fraction`; each money column's total is rounded once (half even), each idle
+row on its own, and the rest shared out to the rows by largest remainder, so every column's
+rows add up to its total to the cent, the total is the same whatever the grouping, and the
+burst total is within half a cent of instance-hours x price. A price the catalog lacks makes GPU-hours
 *unpriced*, never $0.
 """
 

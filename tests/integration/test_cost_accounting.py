@@ -463,7 +463,7 @@ def test_jobs_on_a_node_that_never_registers_bill_no_more_than_its_instance(
     ec2_file.write_text(json.dumps(resp, default=lambda d: d.isoformat()))
     inst = resp["Reservations"][0]["Instances"][0]
     assert abs(inst["LaunchTime"].timestamp() - launched[0]["ts"]) < 2
-    recorded = {j: e for j, _, _, e, _, _ in _parsable_ids(seeded, ids)}
+    recorded = {j: (end - e, end) for j, _, _, e, _, end in _parsable_ids(seeded, ids)}
     price = Decimal(repr(load_catalog().on_demand_price("p5.48xlarge", "us-east-1")))
     for extra in ([], ["--ec2-instances", str(ec2_file)]):
         done = seeded.lab.slurm.run(
@@ -478,15 +478,26 @@ def test_jobs_on_a_node_that_never_registers_bill_no_more_than_its_instance(
         print(extra, "recorded", recorded, "instance lived", lived, doc["notes"])
         od2 = doc["burst_instances"]["od-2"]
         assert set(ids) <= set(od2["jobs"]) | set(od2["clipped_s"])  # both jobs named
-        life = sum(
-            int(datetime.fromisoformat(b).timestamp() - datetime.fromisoformat(a).timestamp())
+        spans = [
+            (int(datetime.fromisoformat(a).timestamp()), int(datetime.fromisoformat(b).timestamp()))
             for a, b in od2["lifetime"]
-        )
+        ]
+        life = sum(b - a for a, b in spans)
         billed = Decimal(life) * price / 3600
         jobs_usd = sum(Decimal(str(r["burst_usd"])) for r in doc["rows"] if r["group"] in ids)
         assert jobs_usd <= billed + Decimal("0.01"), (jobs_usd, billed)  # never more than EC2
-        if any(e > life for e in recorded.values()):  # Slurm recorded longer: a note says so
+        # each job's seconds outside the instance, from sacct's own start and end, are cut
+        outside = {
+            j: (end - start) - sum(max(0, min(end, b) - max(start, a)) for a, b in spans)
+            for j, (start, end) in recorded.items()
+        }
+        assert od2["clipped_s"] == {j: s for j, s in outside.items() if s > 0}, outside
+        if any(outside.values()):
             assert any("outside its instance's lifetime" in n for n in doc["notes"])
+        by_job = {r["group"]: r for r in doc["rows"]}
+        for j, (start, end) in recorded.items():  # 4 GPUs for the seconds inside it
+            inside = (end - start) - outside[j]
+            assert by_job[j]["burst_gpu_h"] == round(4 * inside / 3600, 3)
         assert doc["idle"]["burst_usd"] is not None  # the audit log covers od-2: known
 
 
