@@ -24,8 +24,8 @@ Money is exact: GPU-seconds are integers, prices :class:`~decimal.Decimal`, sums
 :class:`~fractions.Fraction`; each money column's total is rounded once (half even), each idle
 row on its own, and the rest shared out to the rows by largest remainder, so every column's
 rows add up to its total to the cent, the total is the same whatever the grouping, and the
-burst total is within half a cent of instance-hours x price. A price the catalog lacks makes GPU-hours
-*unpriced*, never $0.
+burst total is within half a cent of instance-hours x price. A price the catalog lacks makes
+GPU-hours *unpriced*, never $0.
 """
 
 from __future__ import annotations
