@@ -274,3 +274,22 @@ def test_each_slice_has_its_own_deadline(generated: Any) -> None:
     with pytest.raises(AccountingError, match="timed out after 7s: is slurmdbd up") as err:
         list(stream)
     assert "\n" not in str(err.value)
+
+
+def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from coreburst.cost.accounting import terminal_progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, shown in ((Tty(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        terminal_progress(3600, 4 * 3600, 123456)
+        terminal_progress(4 * 3600, 4 * 3600, 200000)
+        text = stream.getvalue()
+        assert (text == "\rreading sacct:  25% of the window, 123,456 job runs"
+                "\rreading sacct: 100% of the window, 200,000 job runs\n") == shown  # fmt: skip
+        assert shown or text == ""
