@@ -249,8 +249,11 @@ def _json_jobs(doc: Any, now: int, bad: dict[str, list[str]]) -> list[JobRecord]
     if not isinstance(doc.get("jobs"), list):
         raise AccountingError("sacct --json: no 'jobs' list in its output")
     out = []
+    append = out.append
     for j in doc["jobs"]:
-        if not isinstance(j, dict):
+        # (hot loop: a million records; plain values are taken as they are, anything else
+        # goes through the checks of _num/_text/_obj)
+        if type(j) is not dict:
             raise AccountingError("sacct --json: a job entry is not an object")
         job_id = _num(j.get("job_id"), "job_id")
         if job_id is None:
@@ -263,36 +266,41 @@ def _json_jobs(doc: Any, now: int, bad: dict[str, list[str]]) -> list[JobRecord]
         elapsed = _num(t.get("elapsed"), "time.elapsed", shown) or 0
         end = _num(t.get("end"), "time.end", shown) or 0
         start = _num(t.get("start"), "time.start", shown)  # the run's start (every layout)
-        why = _bad_times(elapsed, end, start)
-        if why:
-            bad.setdefault(why, []).append(shown)
+        if elapsed < 0 or end < 0 or (end and elapsed > end) or (start and 0 < end < start):
+            bad.setdefault(_bad_times(elapsed, end, start), []).append(shown)
             continue
         state_v = _obj(j.get("state")).get("current")
-        state = " ".join(state_v) if isinstance(state_v, list) else _text(state_v)
-        tres = _obj(j.get("tres"))
-        pairs = []
-        for item in tres.get("allocated") or []:
-            if not isinstance(item, dict):
-                raise AccountingError(f"job {shown}: tres.allocated entry is not an object")
-            if item.get("type") != "gres":  # only gres/gpu is read (cpu, mem, node...)
-                continue
-            count = _num(item.get("count"), "TRES count", shown) or 0
-            pairs.append(("gres/" + _text(item.get("name")), count))
-        nodes = _nodes(_text(j.get("nodes")), shown)
+        state = " ".join(state_v) if type(state_v) is list else _text(state_v)
+        gpus = 0
+        items = _obj(j.get("tres")).get("allocated") or []
+        if items:
+            pairs = []
+            for item in items:
+                if type(item) is not dict:
+                    raise AccountingError(f"job {shown}: tres.allocated entry is not an object")
+                if item.get("type") != "gres":  # only gres/gpu is read (cpu, mem, node...)
+                    continue
+                count = _num(item.get("count"), "TRES count", shown) or 0
+                pairs.append(("gres/" + _text(item.get("name")), count))
+            gpus = gpu_count(pairs)
+        v = j.get("nodes")
+        nodes = _nodes(v if type(v) is str else _text(v), shown)
         running = end <= 0
         stop = now if running else end
-        out.append(
+        user, account = j.get("user"), j.get("account")
+        partition, cluster = j.get("partition"), j.get("cluster")
+        append(
             JobRecord(
-                job_id=shown,
-                user=_text(j.get("user")),
-                account=_text(j.get("account")),
-                partition=_text(j.get("partition")),
-                cluster=_text(j.get("cluster")),
-                nodes=nodes,
-                gpus=gpu_count(pairs),
-                start=stop - elapsed,
-                end=None if running else end,
-                state=state,
+                shown,
+                user if type(user) is str else _text(user),
+                account if type(account) is str else _text(account),
+                partition if type(partition) is str else _text(partition),
+                cluster if type(cluster) is str else _text(cluster),
+                nodes,
+                gpus,
+                stop - elapsed,
+                None if running else end,
+                state,
             )
         )
     return out
