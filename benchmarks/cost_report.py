@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from coreburst.cost.accounting import slurm_time  # noqa: E402
-from coreburst.sandbox.sacctgen import Generated, answer  # noqa: E402
+from coreburst.sandbox.sacctgen import FORMAT, Generated, answer  # noqa: E402
 from coreburst.sandbox.slurmlab import STACK_YAML  # noqa: E402
 
 FIXTURES = {
@@ -74,7 +74,8 @@ sys.exit(code)
 def records(layout: str, n: int, cache: Path) -> Generated:
     root = cache / f"{layout}-{n}"
     meta = root / "meta.json"
-    if meta.exists() and json.loads(meta.read_text()).get("n") == n:
+    kept = json.loads(meta.read_text()) if meta.exists() else {}
+    if (kept.get("n"), kept.get("format")) == (n, FORMAT):
         return Generated(root)
     t = time.monotonic()
     # in a process of its own: the generator's memory is not this one's (nor the report's)

@@ -21,14 +21,18 @@ from __future__ import annotations
 import json
 import marshal
 import math
+import os
 import random
 import sys
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 HOUR = 3600
+FORMAT = 2  # of the files written; older ones are generated again
+_ELAPSED = "@@elapsed-now@@"
 # Sentinels put into the template, then cut out: a record is the template's text with the
 # values in between (so rendering a million records is string joins, not json.dumps calls).
 _FIELDS = ("job_id", "user", "account", "partition", "nodes", "gpus", "state",
@@ -125,6 +129,7 @@ class Generated:
         users = [f"user{i:03d}" for i in range(300)]
         hours: dict[int, list[tuple[int, int, bytes]]] = {}
         running: list[tuple[int, int, bytes]] = []
+        running_starts: list[int] = []
         burst_spans: dict[str, list[tuple[int, int]]] = {}
         step = days * 86400 / n
         for i in range(n):
@@ -156,7 +161,8 @@ class Generated:
                 "nodes": json.dumps(node),
                 "gpus": str(gpus),
                 "state": json.dumps("RUNNING" if still else "COMPLETED"),
-                "elapsed": str(until - start if still else dur),
+                # a running job's elapsed grows: written when asked (answer), as sacct does
+                "elapsed": _ELAPSED if still else str(dur),
                 "eligible": str(eligible),
                 "start": str(start),
                 "end": "0" if still else str(end),
@@ -166,11 +172,13 @@ class Generated:
             rec = (eligible, 0 if still else end, text.encode())
             if still:
                 running.append(rec)
+                running_starts.append(start)
             else:
                 hours.setdefault(end // HOUR, []).append(rec)
         for hour, recs in hours.items():
             _write_chunk(root / f"h{hour}", recs)
         _write_chunk(root / "running", running)
+        (root / "running.starts").write_bytes(marshal.dumps(running_starts))
         audit = root / "burst-audit.jsonl"
         events: list[dict[str, Any]] = []
         for node, spans in burst_spans.items():
@@ -200,6 +208,7 @@ class Generated:
                     "max_duration_s": 36 * HOUR + 600,
                     "core_nodes": core_count,
                     "audit_log": str(audit),
+                    "format": FORMAT,
                 }
             )
         )
@@ -222,8 +231,12 @@ def _epoch(text: str) -> int:
     return int(datetime.fromisoformat(text).replace(tzinfo=UTC).timestamp())
 
 
-def answer(root: Path, argv: list[str], out: Any) -> int:
-    """Write what sacct would print for ``argv`` (``--starttime``/``--endtime``, ``--json``)."""
+def answer(root: Path, argv: list[str], out: Any, now: int | None = None) -> int:
+    """Write what sacct would print for ``argv`` (``--starttime``/``--endtime``, ``--json``)
+    at ``now`` (default: ``$SACCTGEN_NOW``, else the clock): a running job's elapsed is
+    ``now`` less its start."""
+    if now is None:
+        now = int(os.environ.get("SACCTGEN_NOW") or time.time())
     opts = dict(a.split("=", 1) for a in argv if a.startswith("--") and "=" in a)
     if "--json" not in argv:
         sys.stderr.write("sacct (stand-in): only --json is recorded here\n")
@@ -242,11 +255,17 @@ def answer(root: Path, argv: list[str], out: Any) -> int:
         index = marshal.loads(idx_path.read_bytes())
         with base.with_suffix(".dat").open("rb") as f:
             data = f.read()
-        for eligible, end, offset, length in index:
+        starts = (
+            marshal.loads((root / "running.starts").read_bytes()) if base.name == "running" else []
+        )
+        for k, (eligible, end, offset, length) in enumerate(index):
             if eligible and eligible < hi and (end >= lo or end == 0):
                 if not first:
                     out.write(b",\n")
-                out.write(data[offset : offset + length])
+                text = data[offset : offset + length]
+                if starts:  # still running: elapsed until now
+                    text = text.replace(_ELAPSED.encode(), str(now - starts[k]).encode())
+                out.write(text)
                 first = False
     out.write(b"\n  ]\n}\n")
     return 0

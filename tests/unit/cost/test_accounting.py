@@ -232,7 +232,7 @@ class Slurmdbd:
         if self.fail_on is not None and len(self.windows) == self.fail_on:
             raise subprocess.TimeoutExpired(cmd, kw["timeout"])
         buf = io.BytesIO()
-        rc = answer(self.root, cmd[1:], buf)
+        rc = answer(self.root, cmd[1:], buf, now=NOW)  # running jobs: elapsed until NOW
         return subprocess.CompletedProcess(cmd, rc, buf.getvalue(), b"")
 
 

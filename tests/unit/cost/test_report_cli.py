@@ -354,20 +354,24 @@ def test_slices_read_the_same_report_as_one_whole_window(
     from coreburst.cost import accounting
     from coreburst.sandbox.sacctgen import Generated, answer
 
-    until = 1796349600  # 2026-12-04T02:00
-    gen = Generated.create(tmp_path / "recs", json.loads(SACCT.read_text()), n=300, days=1,
+    # Three days of records to 2026-12-04T02:00, the report over the first: the runs still
+    # going at the end (which started within its last 36 h) are after the report's window,
+    # so its clock (later than the records') moves nothing in it.
+    until = 1796349600
+    gen = Generated.create(tmp_path / "recs", json.loads(SACCT.read_text()), n=300, days=3,
                            until=until)  # fmt: skip
+    monkeypatch.setenv("SACCTGEN_NOW", str(until))
     whole = tmp_path / "whole.json"
     with whole.open("wb") as f:
-        answer(gen.root, ["--json", "--starttime=2026-12-03T02:00:00",
-                          "--endtime=2026-12-04T02:00:00"], f)  # fmt: skip
+        answer(gen.root, ["--json", "--starttime=2026-12-01T02:00:00",
+                          "--endtime=2026-12-02T02:00:00"], f)  # fmt: skip
     (slurm_bin / "sacct").write_text(
         f'#!/bin/sh\nexec "{sys.executable}" -m coreburst.sandbox.sacctgen "{gen.root}" "$@"\n'
     )
     (slurm_bin / "sacct").chmod(0o755)
     monkeypatch.setattr(accounting, "SLICE_FIRST_S", 3600)
     monkeypatch.setattr(accounting, "SLICE_MAX_BYTES", 400_000)  # one slice asked again
-    window = ["--since", "2026-12-03T02:00", "--until", "2026-12-04T02:00"]
+    window = ["--since", "2026-12-01T02:00", "--until", "2026-12-02T02:00"]
     audit = gen.meta["audit_log"]
     for fmt in ("table",):  # (the JSON and CSV are the same document's; test_json_csv_...)
         common = ["report", *window, "--stack", "lab", "--stack-dir", str(stack_dir),
