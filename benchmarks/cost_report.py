@@ -53,8 +53,10 @@ UNTIL = 1796342400  # 2026-12-04 00:00 UTC: the window's end, fixed so the recor
 # Runs the report in this process and prints its own peak RSS and CPU, and its children's
 # CPU (the sacct stand-in), on the last line of stderr.
 WRAPPER = """\
-import resource, runpy, sys
+import os, resource, runpy, sys, time
 sys.argv = ["coreburst"] + sys.argv[1:]
+if os.environ.get("SACCTGEN_NOW"):  # --check: both reads at one clock (running jobs' elapsed)
+    time.time = lambda: float(os.environ["SACCTGEN_NOW"])
 try:
     runpy.run_module("coreburst", run_name="__main__")
 except SystemExit as exc:
@@ -180,11 +182,16 @@ def main() -> None:
             )
             print(f"           totals: {totals(r['doc'])}")  # type: ignore[arg-type]
             if args.check:
-                meta = gen.meta
+                # one clock for both reads, the report's and sacct's, so that a running job's
+                # elapsed (and so its start) is the same in both
+                meta, fixed = gen.meta, int(time.time())
+                env = {**env, "SACCTGEN_NOW": str(fixed)}
+                r = report(where, gen, env)
                 whole = where / "whole.json"
                 with whole.open("wb") as f:
-                    answer(gen.root, ["--json", f"--starttime={slurm_time(meta['since'])}",
-                                      f"--endtime={slurm_time(meta['until'])}"], f)  # fmt: skip
+                    window = [f"--starttime={slurm_time(meta['since'])}",
+                              f"--endtime={slurm_time(meta['until'])}"]  # fmt: skip
+                    answer(gen.root, ["--json", *window], f, now=fixed)
                 w = report(where, gen, env, "--sacct-json", str(whole))
                 same = {k: v for k, v in r["doc"].items() if k != "jobs_source"} == {  # type: ignore[union-attr]
                     k: v
