@@ -248,7 +248,7 @@ def _json_jobs(doc: Any, now: int, bad: dict[str, list[str]]) -> list[JobRecord]
         raise AccountingError(f"sacct --json reported an error: {text}")
     if not isinstance(doc.get("jobs"), list):
         raise AccountingError("sacct --json: no 'jobs' list in its output")
-    out = []
+    out: list[JobRecord] = []
     append = out.append
     for j in doc["jobs"]:
         # (hot loop: a million records; plain values are taken as they are, anything else
