@@ -14,7 +14,7 @@ PYTHON ?= $(shell /usr/bin/python3 -c 'import ensurepip, sys; sys.exit(sys.versi
 # same modules at once at start (worker start-up 16 s -> 64 s).
 unexport PYTHONDONTWRITEBYTECODE
 
-.PHONY: setup system-deps demo plan lint test test-slurm test-durations unit integration bench bench-burst lambda-package arch clean
+.PHONY: setup system-deps demo plan lint test test-slurm test-durations unit integration bench bench-burst bench-cost lambda-package arch clean
 
 setup: $(VENV)/.installed
 
@@ -122,6 +122,12 @@ bench: setup
 bench-burst: setup
 	$(BIN)/python benchmarks/burst_resume.py --sizes $(if $(SIZES),$(SIZES),64,500)
 	$(BIN)/python benchmarks/resume_startup.py
+
+## cost report over a 30-day window of 100,000 and 1,000,000 generated job runs (recorded
+## 22.05 sacct --json layout, a sacct stand-in on PATH): wall, CPU, peak RSS, totals
+## (benchmarks/cost_report.py; records are kept in $TMPDIR/coreburst-bench-cost, ~3 GB).
+bench-cost: setup
+	$(BIN)/python benchmarks/cost_report.py --sizes $(if $(SIZES),$(SIZES),100000,1000000)
 
 ## The guardrail daemon for AWS Lambda (python3.11, x86_64) in build/lambda: this project's
 ## wheel installed with its guardrails extra (`pip install '.[guardrails]' --target`).

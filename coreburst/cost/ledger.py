@@ -5,9 +5,12 @@ allocated GPU-hour). A burst node is billed by EC2 for every second its instance
 or not; each job on it pays its share, ``GPU-seconds on the node x instance $/h / (GPUs of
 the instance x 3600)`` (nodes shared by several jobs split by time x GPUs), and what no job
 used is *idle*: ``instance-seconds x GPUs - job GPU-seconds``, at the same rate, on its own
-row. So the burst column adds up to instance-hours x the catalog's price. Instance lifetimes
-come from the burst audit log (:func:`instance_lifetimes`); a node with jobs but no recorded
-lifetime has its jobs priced and no idle figure (missing data is never idle).
+row. So the burst column adds up to instance-hours x the catalog's price, and never to more:
+a job's time on a burst node is clipped to its instance's lifetime there (Slurm records jobs
+held in CONFIGURING on a node that never registers for longer than the instance lived).
+Instance lifetimes come from the burst audit log (:func:`instance_lifetimes`) or EC2's own
+times (:func:`ec2_lifetimes`); a node with jobs but no recorded lifetime has its jobs priced
+unclipped and the idle row is *unknown* (missing data is never idle, nor $0).
 
 The core is paid for whether or not jobs use it: its *idle* row is, per core node, ``GPUs x the
 time Slurm had it in service - GPU-seconds jobs held there`` (:mod:`coreburst.cost.capacity`:
@@ -18,16 +21,17 @@ or whose jobs held more than its capacity (the records disagree) is *unknown*: n
 note, never idle.
 
 Money is exact: GPU-seconds are integers, prices :class:`~decimal.Decimal`, sums
-:class:`~fractions.Fraction`; each core cell is its own GPU-hours x rate rounded to the cent
-(half even); the burst column's total is rounded once and shared out to the rows by largest
-remainder, so every column's rows add up to its total to the cent and the burst total is
-within half a cent of instance-hours x price. A price the catalog lacks makes GPU-hours
-*unpriced*, never $0.
+:class:`~fractions.Fraction`; each money column's total is rounded once (half even), each idle
+row on its own, and the rest shared out to the rows by largest remainder, so every column's
+rows add up to its total to the cent, the total is the same whatever the grouping, and the
+burst total is within half a cent of instance-hours x price. A price the catalog lacks makes
+GPU-hours *unpriced*, never $0.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -103,6 +107,79 @@ def instance_lifetimes(
     return spans
 
 
+# EC2's StateTransitionReason for a stopped or terminated instance: "User initiated
+# (2018-02-01 00:00:00 GMT)" (EC2 API reference, Instance.StateTransitionReason:
+# https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Instance.html); moto writes UTC.
+_ENDED = re.compile(r"\((\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) (?:GMT|UTC)\)")
+ENDED_STATES = ("shutting-down", "terminated", "stopping", "stopped")
+NODE_TAG, JOB_TAG = "coreburst-slurm-node", "coreburst-job"
+
+
+def ec2_lifetimes(
+    text: str, since: int, until: int, origin: str = "--ec2-instances file"
+) -> tuple[dict[str, list[tuple[int, int]]], dict[str, list[dict[str, Any]]]]:
+    """Per node, the spans its instances ran inside [since, until) by EC2's own times, and
+    each instance (id, the job it was launched for, launch and end), from saved
+    ``aws ec2 describe-instances --output json`` (instances tagged ``coreburst-slurm-node``
+    by the resume program). An instance still running runs to ``until``; one that ended
+    with no time in its StateTransitionReason is refused (its bill cannot be told).
+
+    >>> doc = '{"Reservations": [{"Instances": [{"InstanceId": "i-1", ' \\
+    ...   '"LaunchTime": "1970-01-01T00:01:40+00:00", "State": {"Name": "running"}, ' \\
+    ...   '"Tags": [{"Key": "coreburst-slurm-node", "Value": "od-1"}]}]}]}'
+    >>> ec2_lifetimes(doc, 0, 200)[0]
+    {'od-1': [(100, 200)]}
+    """
+    try:
+        doc = json.loads(text)
+        found = [i for r in doc["Reservations"] for i in r["Instances"]]
+    except (ValueError, KeyError, TypeError):
+        raise AccountingError(
+            f"{origin}: not the JSON of aws ec2 describe-instances (no Reservations/Instances)"
+        ) from None
+    spans: dict[str, list[tuple[int, int]]] = {}
+    instances: dict[str, list[dict[str, Any]]] = {}
+    for inst in found:
+        try:
+            iid = str(inst["InstanceId"])
+            tags = {t["Key"]: t["Value"] for t in inst.get("Tags") or []}
+            launched = int(
+                datetime.fromisoformat(inst["LaunchTime"].replace("Z", "+00:00")).timestamp()
+            )
+            state = inst["State"]["Name"]
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise AccountingError(
+                f"{origin}: an instance without InstanceId, LaunchTime (ISO 8601), State or "
+                "Tags as describe-instances prints them"
+            ) from None
+        node = tags.get(NODE_TAG)
+        if not node:
+            continue
+        end = until
+        if state in ENDED_STATES:
+            m = _ENDED.search(str(inst.get("StateTransitionReason") or ""))
+            if m is None:
+                raise AccountingError(
+                    f"{origin}: {iid} is {state} but its StateTransitionReason has no time; "
+                    "give the file as describe-instances printed it, or leave it out to use "
+                    "the audit log"
+                )
+            end = int(
+                datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S").replace(tzinfo=UTC).timestamp()
+            )
+        ended = state in ENDED_STATES
+        instances.setdefault(node, []).append({
+            "instance_id": iid,
+            "launched_for_job": tags.get(JOB_TAG),  # the resume program's tag
+            "launch": _iso(launched),
+            "end": _iso(end) if ended else None,  # None: still running
+        })  # fmt: skip
+        lo, hi = max(launched, since), min(end, until)
+        if hi > lo:
+            spans.setdefault(node, []).append((lo, hi))
+    return spans, instances
+
+
 def _cents(x: Fraction) -> int:
     """Whole cents, half to even (``round`` of a Fraction is exact)."""
     return round(x * 100)
@@ -173,6 +250,8 @@ class Ledger:
     idle_core: Row = field(default_factory=lambda: Row(IDLE_CORE_ROW, unknown=True))
     idle_core_by_node: dict[str, dict[str, Any]] = field(default_factory=dict)
     core_unknown: dict[str, str] = field(default_factory=dict)  # core node -> why unknown
+    # per burst node: its instance's lifetime in the window and every job run that used it
+    instances: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def all_rows(self) -> list[Row]:
@@ -204,17 +283,18 @@ def _overlap(lo: int, hi: int, spans: list[tuple[int, int]]) -> int:
 
 def idle_core(
     core: CoreCapacity,
-    held: dict[str, list[tuple[int, int, Fraction]]],
+    used_by: dict[str, Fraction],
     since: int,
     until: int,
 ) -> tuple[dict[str, Fraction], dict[str, dict[str, Any]], dict[str, str]]:
     """Per core node: idle GPU-seconds, its figures, and the nodes that are unknown (why).
-    ``held``: node -> (start, end, GPUs) of each job run there (pure)."""
+    ``used_by``: node -> GPU-seconds jobs held there while it was in service, from
+    ``max(since, core.recorded_from)`` to ``until`` (pure)."""
     idle: dict[str, Fraction] = {}
     figures: dict[str, dict[str, Any]] = {}
     unknown: dict[str, str] = {}
     lo = since if core.recorded_from is None else max(since, core.recorded_from)
-    for node in sorted(set(core.gpus) | set(held)):
+    for node in sorted(set(core.gpus) | set(used_by)):
         gpus = core.gpus.get(node)
         if node not in core.gpus:
             unknown[node] = f"{node} ran jobs but scontrol does not list it (removed?)"
@@ -227,11 +307,7 @@ def idle_core(
             continue
         out = _union(core.out_of_service.get(node, []), lo, until)
         in_service = max(0, until - lo) - sum(b - a for a, b in out)
-        used = Fraction(0)
-        for start, end, n in held.get(node, []):
-            a, b = max(start, lo), min(end, until)
-            if b > a:
-                used += n * (b - a - _overlap(a, b, out))
+        used = used_by.get(node, Fraction(0))
         spare = gpus * in_service - used
         if spare < 0:
             unknown[node] = (
@@ -263,6 +339,17 @@ def group_of(job: JobRecord, by: str, teams: dict[str, str]) -> str:
     return job.job_id
 
 
+def _iso(t: int) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _named(ids: Iterable[str], most: int = 5) -> str:
+    """``2, 3`` or ``2, 3, 4, 5, 6 and 12 more``."""
+    ordered = sorted(ids, key=lambda j: (len(j), j))
+    more = f" and {len(ordered) - most:,} more" if len(ordered) > most else ""
+    return ", ".join(ordered[:most]) + more
+
+
 def build_ledger(
     jobs: Iterable[JobRecord],
     *,
@@ -276,99 +363,176 @@ def build_ledger(
     teams: dict[str, str] | None = None,
     core: CoreCapacity | None = None,
     active: dict[JobRecord, float | None] | None = None,
+    lifetime_source: str = "the burst audit log",
 ) -> Ledger:
     """Rows of GPU-hours and dollars per group, the idle core and idle burst rows, and notes
-    (pure). ``lifetimes`` None: no audit log (idle burst instance-hours unknown); ``core``
-    None: the core's capacity could not be read (idle core GPU-hours unknown); ``active``: each
-    run's engine-active ratio from DCGM (:mod:`coreburst.cost.measured`; None: unmeasured)."""
+    (pure; one pass over ``jobs``, which may be a stream). ``lifetimes`` None: no audit log
+    (idle burst instance-hours unknown); ``core`` None: the core's capacity could not be read
+    (idle core GPU-hours unknown); ``active``: each run's engine-active ratio from DCGM
+    (:mod:`coreburst.cost.measured`; None: unmeasured).
+
+    A run's time on a burst node is clipped to its instance's lifetime there: Slurm records a
+    job held in CONFIGURING on a node that never registered for longer than the instance
+    lived, and EC2 bills the instance, not the record."""
     teams = teams or {}
     rows: dict[str, Row] = {}
-    used_on: dict[str, Fraction] = {}  # burst node -> job GPU-seconds on it
-    held: dict[str, list[tuple[int, int, Fraction]]] = {}  # core node -> job spans, GPUs
+    # Integer accumulators (GPU-seconds x the run's node count n, keyed by n), made exact
+    # Fractions once at the end: a million runs through Fraction arithmetic took minutes.
+    core_acc: dict[tuple[str, int], int] = {}  # (group, n)
+    burst_acc: dict[tuple[str, str, int], int] = {}  # (group, burst node, n)
+    used_acc: dict[tuple[str, int], int] = {}  # (burst node, n): clipped to its instance
+    held_acc: dict[tuple[str, int], int] = {}  # (core node, n): while in service
+    clipped: dict[str, dict[str, int]] = {}  # burst node -> run -> seconds outside the instance
+    ran_on: dict[str, set[str]] = {}  # burst node -> runs that used its instance
     notes: list[str] = []
-    unknown_gpus = []
+    unknown_gpus = 0
+    life = (
+        {n: _union(sp, since, until) for n, sp in lifetimes.items()}
+        if lifetimes is not None
+        else {}
+    )
+    lo_core = (
+        since if core is None or core.recorded_from is None else max(since, core.recorded_from)
+    )
+    out_core = (
+        {n: _union(sp, lo_core, until) for n, sp in core.out_of_service.items()} if core else {}
+    )
+    no_spans: list[tuple[int, int]] = []
     for job in jobs:
-        secs = job.seconds(since, until, now)
-        if secs <= 0 or not job.nodes:
+        start, end = job.span(now)
+        a, b = max(start, since), min(end, until)
+        if b <= a or not job.nodes:
             continue
-        row = rows.setdefault(group_of(job, by, teams), Row(group_of(job, by, teams)))
+        secs = b - a
+        group = group_of(job, by, teams)
+        row = rows.get(group)
+        if row is None:
+            row = rows[group] = Row(group)
         row.jobs.add(job.job_id)
-        if job.gpus == 0:
-            unknown_gpus.append(job.job_id)
-        ratio = None if active is None else active.get(job)
-        if ratio is not None:
-            row.measured_gpu_s += job.gpus * secs
-            row.active_gpu_s += job.gpus * secs * Fraction(ratio)
-        per_node = job.gpus_per_node * secs
+        gpus, n = job.gpus, len(job.nodes)
+        if gpus == 0:
+            unknown_gpus += 1
+        if active is not None:
+            ratio = active.get(job)
+            if ratio is not None:
+                row.measured_gpu_s += gpus * secs
+                row.active_gpu_s += gpus * secs * Fraction(ratio)
+        on_core = 0
         for node in job.nodes:
-            b = burst_nodes.get(node)
-            if b is None:
-                row.core_gpu_s += per_node
-                held.setdefault(node, []).append((*job.span(now), job.gpus_per_node))
+            if node not in burst_nodes:
+                on_core += 1
+                ca, cb = max(start, lo_core), min(end, until)
+                held = 0
+                if cb > ca:
+                    held = gpus * (cb - ca - _overlap(ca, cb, out_core.get(node, no_spans)))
+                held_acc[node, n] = held_acc.get((node, n), 0) + held
                 continue
-            used_on[node] = used_on.get(node, Fraction(0)) + per_node
-            if b.usd_per_hour is None:
-                row.unpriced_gpu_s += per_node
-                continue
-            row.burst_gpu_s += per_node
-            row.burst_usd += per_node * Fraction(b.usd_per_hour) / (b.gpus * 3600)
-            row.cite_burst(b)
+            spans = life.get(node)
+            on = secs if spans is None else _overlap(a, b, spans)
+            if on < secs:
+                per = clipped.setdefault(node, {})
+                per[job.job_id] = per.get(job.job_id, 0) + secs - on
+            if on:
+                ran_on.setdefault(node, set()).add(job.job_id)
+            used_acc[node, n] = used_acc.get((node, n), 0) + gpus * on
+            burst_acc[group, node, n] = burst_acc.get((group, node, n), 0) + gpus * on
+        if on_core:
+            core_acc[group, n] = core_acc.get((group, n), 0) + gpus * secs * on_core
     if unknown_gpus:
         notes.append(
-            f"{len(unknown_gpus)} job run(s) have no gres/gpu in their TRES (counted as 0 "
+            f"{unknown_gpus} job run(s) have no gres/gpu in their TRES (counted as 0 "
             "GPUs): set AccountingStorageTRES=gres/gpu in slurm.conf"
         )
+    for (group, n), v in core_acc.items():
+        rows[group].core_gpu_s += Fraction(v, n)
+    used_on: dict[str, Fraction] = {}
+    for (node, n), v in used_acc.items():
+        used_on[node] = used_on.get(node, Fraction(0)) + Fraction(v, n)
+    held_on: dict[str, Fraction] = {}
+    for (node, n), v in held_acc.items():
+        held_on[node] = held_on.get(node, Fraction(0)) + Fraction(v, n)
+
+    # Each burst node's instance: its GPU-seconds, and the share of them each run pays.
     idle = Row(IDLE_ROW)
     idle_by_node: dict[str, dict[str, Any]] = {}
     instance_gpu_s: dict[str, int] = {}
-    if lifetimes is None:
+    factor: dict[str, Fraction] = {}
+    over, no_life = [], []
+    for node in sorted(set(life) | set(used_on)):
+        bn = burst_nodes.get(node)
+        if bn is None:
+            continue  # a node no longer in the stack: its price is unknown
+        if node not in life:
+            if lifetimes is not None:
+                no_life.append(node)
+            continue
+        have = sum(hi - lo for lo, hi in life[node]) * bn.gpus
+        instance_gpu_s[node] = have
+        used = used_on.get(node, Fraction(0))
+        if used > have:  # more GPUs held at once than the instance has: records disagree
+            over.append(node)
+            factor[node] = Fraction(have) / used
+            continue
+        spare = have - used
+        if spare == 0:
+            continue
+        idle.jobs.add(node)
+        if bn.usd_per_hour is None:
+            idle.unpriced_gpu_s += spare
+        else:
+            idle.burst_gpu_s += spare
+            idle.burst_usd += spare * Fraction(bn.usd_per_hour) / (bn.gpus * 3600)
+            idle.cite_burst(bn)
+        idle_by_node[node] = {
+            "cluster": bn.cluster,
+            "instance_type": bn.instance_type,
+            "instance_hours": round(have / bn.gpus / 3600, 4),
+            "idle_gpu_h": round(float(spare) / 3600, 4),
+        }
+    for (group, node, n), v in burst_acc.items():
+        bn, row = burst_nodes[node], rows[group]
+        gs = Fraction(v, n)
+        if bn.usd_per_hour is None:
+            row.unpriced_gpu_s += gs
+            continue
+        row.burst_gpu_s += gs
+        row.burst_usd += gs * factor.get(node, 1) * Fraction(bn.usd_per_hour) / (bn.gpus * 3600)
+        row.cite_burst(bn)
+    if lifetimes is None and burst_nodes:
+        idle.unknown = True
         if used_on:
             notes.append(
-                "no burst audit log: idle burst instance-hours are unknown (not zero); burst "
-                "jobs are priced from their GPU-hours"
+                "no burst audit log: idle burst instance-hours are unknown (not zero); "
+                "burst jobs are priced from their GPU-hours, unclipped"
             )
-    else:
-        short = []
-        for node in sorted(set(lifetimes) | set(used_on)):
-            b = burst_nodes.get(node)
-            if b is None:
-                continue  # a node no longer in the stack: its price is unknown
-            have = sum(hi - lo for lo, hi in lifetimes.get(node, [])) * b.gpus
-            instance_gpu_s[node] = have
-            used = used_on.get(node, Fraction(0))
-            if used > have:
-                short.append(node)
-                continue
-            spare = have - used
-            if spare == 0:
-                continue
-            idle.jobs.add(node)
-            if b.usd_per_hour is None:
-                idle.unpriced_gpu_s += spare
-            else:
-                idle.burst_gpu_s += spare
-                idle.burst_usd += spare * Fraction(b.usd_per_hour) / (b.gpus * 3600)
-                idle.cite_burst(b)
-            idle_by_node[node] = {
-                "cluster": b.cluster,
-                "instance_type": b.instance_type,
-                "instance_hours": round(have / b.gpus / 3600, 4),
-                "idle_gpu_h": round(float(spare) / 3600, 4),
-            }
-        if short:
-            notes.append(
-                f"jobs on {', '.join(short)} ran longer than the audit log's instance "
-                "lifetimes there: no idle figure for those nodes (the log is incomplete)"
-            )
-    ordered = sorted(rows.values(), key=lambda r: (-(r.core_gpu_s + r.burst_gpu_s), r.group))
-    for r in ordered:
-        r.core_cents = (
-            None if core_rate is None else _cents(r.core_gpu_s * Fraction(core_rate) / 3600)
+    if no_life:
+        idle.unknown = True
+        notes.append(
+            f"jobs ran on {', '.join(no_life)} but {lifetime_source} has no instance there "
+            "in the window: those jobs are priced from their GPU-hours, unclipped, and idle "
+            "burst instance-hours are unknown (not zero)"
         )
-    # The idle row is rounded on its own, so that it reads the same under every --by; the
-    # groups share the rest of the rounded total, so that the rows still add up to it.
-    exact = sum((r.burst_usd for r in [*ordered, idle]), start=Fraction(0))
-    idle.burst_cents = _cents(idle.burst_usd)
+    for node in sorted(clipped):
+        per = clipped[node]
+        lived = ", ".join(f"{_iso(lo)}..{_iso(hi)}" for lo, hi in life.get(node, []))
+        notes.append(
+            f"{len(per)} job run(s) on {node} ({_named(per)}) were recorded "
+            f"{sum(per.values()):,} s outside its instance's lifetime ({lived or 'none'} in "
+            f"{lifetime_source}): clipped to it, since EC2 bills the instance (a job Slurm "
+            "holds in CONFIGURING on a node that never registers is recorded longer)"
+        )
+    if over:
+        notes.append(
+            f"jobs on {', '.join(over)} held more GPUs at once than the instance has (Slurm's "
+            "records disagree): they share its cost in proportion, and it has no idle figure"
+        )
+    ordered = sorted(rows.values(), key=lambda r: (-(r.core_gpu_s + r.burst_gpu_s), r.group))
+    # Each idle row is rounded on its own, so that it reads the same under every --by; the
+    # groups share the rest of the column's rounded total (largest remainder), so that the
+    # rows add up to it and the window has one total whatever the grouping.
+    idle.burst_cents = 0 if idle.unknown else _cents(idle.burst_usd)
+    known_idle = [] if idle.unknown else [idle]
+    exact = sum((r.burst_usd for r in [*ordered, *known_idle]), start=Fraction(0))
     shares = apportion(_cents(exact) - idle.burst_cents, [r.burst_usd for r in ordered])
     for r, c in zip(ordered, shares, strict=True):
         r.burst_cents = c
@@ -377,10 +541,10 @@ def build_ledger(
     core_figures: dict[str, dict[str, Any]] = {}
     core_unknown: dict[str, str] = {}
     if core is None:
-        if held:
+        if held_on:
             notes.append("the core's GPUs could not be read: idle core GPU-hours are unknown")
     else:
-        core_spare, core_figures, core_unknown = idle_core(core, held, since, until)
+        core_spare, core_figures, core_unknown = idle_core(core, held_on, since, until)
         idle_c.jobs = set(core_spare)
         idle_c.core_gpu_s = sum(core_spare.values(), start=Fraction(0))
         if core_unknown:
@@ -394,12 +558,32 @@ def build_ledger(
                 f"{datetime.fromtimestamp(core.recorded_from, UTC):%Y-%m-%d %H:%M} UTC: "
                 "no core capacity is counted before"
             )
-    idle_c.core_cents = (
-        None if core_rate is None else _cents(idle_c.core_gpu_s * Fraction(core_rate) / 3600)
-    )
+    if core_rate is not None:
+        rate = Fraction(core_rate) / 3600
+        idle_c.core_cents = _cents(idle_c.core_gpu_s * rate)
+        exact_core = sum((r.core_gpu_s * rate for r in ordered), start=Fraction(0))
+        if not idle_c.unknown:
+            exact_core += idle_c.core_gpu_s * rate
+        left = _cents(exact_core) - (0 if idle_c.unknown else idle_c.core_cents)
+        for r, c in zip(
+            ordered, apportion(left, [r.core_gpu_s * rate for r in ordered]), strict=True
+        ):
+            r.core_cents = c
+    instances = {
+        node: {
+            "cluster": burst_nodes[node].cluster,
+            "instance_type": burst_nodes[node].instance_type,
+            "lifetime": [[_iso(lo), _iso(hi)] for lo, hi in life.get(node, [])],
+            "lifetime_source": lifetime_source if node in life else None,
+            "jobs": sorted(ran_on.get(node, ()), key=lambda j: (len(j), j)),
+            "clipped_s": dict(sorted(clipped.get(node, {}).items())),
+        }
+        for node in sorted(set(life) | set(ran_on) | set(clipped))
+        if node in burst_nodes
+    }
     return Ledger(
         ordered, idle, idle_by_node, notes, core_rate, instance_gpu_s,
-        idle_c, core_figures, core_unknown,
+        idle_c, core_figures, core_unknown, instances,
     )  # fmt: skip
 
 

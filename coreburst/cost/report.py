@@ -18,9 +18,16 @@ used are the *idle* row, from the resume program's audit log (``auditLog`` of th
 each core node's GPUs (``scontrol show node``) x the time it was in service (slurmdbd's node
 events: down, drained, powered down) less the GPU-seconds jobs held there
 (:mod:`coreburst.cost.capacity`); a node whose GPUs cannot be read is unknown, never idle.
-The report does not read instance tags; the resume program's
-``coreburst-job`` / ``coreburst-user`` / ``coreburst-account`` tags are for joining AWS Cost
-Explorer or the CUR with these rows.
+A burst job's time is clipped to its instance's lifetime (the audit
+log's, or EC2's own launch and end times from ``--ec2-instances``, a saved
+``aws ec2 describe-instances``): the report never charges more than EC2 billed. The JSON's
+``burst_instances`` names every job that ran on each instance and, from the resume program's
+``coreburst-job`` tag, the job it was launched for; its ``coreburst-user`` /
+``coreburst-account`` tags are for joining AWS Cost Explorer or the CUR with these rows.
+
+Jobs are read in time slices of the window (:class:`coreburst.cost.accounting.JobStream`,
+one deadline per slice) and counted as they come: a month of a site running 30,000 jobs a day
+stays within a few hundred MB.
 
 **Teams** are Slurm accounts, or what ``--teams FILE`` (YAML ``account: team``) maps them to.
 
@@ -50,7 +57,14 @@ from typing import Annotated, Any
 import typer
 import yaml
 
-from coreburst.cost.accounting import AccountingError, JobRecord, parse_sacct_json, read_jobs
+from coreburst.cost.accounting import (
+    AccountingError,
+    JobRecord,
+    JobStream,
+    bad_records_note,
+    parse_sacct_json,
+    terminal_progress,
+)
 from coreburst.cost.capacity import CapacityUnavailableError, CoreCapacity, read_core_capacity
 from coreburst.cost.ledger import (
     BurstNode,
@@ -58,6 +72,7 @@ from coreburst.cost.ledger import (
     Row,
     build_ledger,
     burst_nodes_of,
+    ec2_lifetimes,
     instance_lifetimes,
 )
 
@@ -119,15 +134,41 @@ def parse_when(value: str, now: int, option: str) -> int:
     return int(dt.timestamp())
 
 
+class _DuplicateKeyError(yaml.YAMLError):
+    def __init__(self, key: str, line: int) -> None:
+        super().__init__(key)
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a mapping that names a key twice (YAML 1.2 section 3.2.1.1:
+    keys are unique; PyYAML keeps the last one without a word)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise _DuplicateKeyError(str(key), key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _teams(path: Path | None) -> dict[str, str]:
     if path is None:
         return {}
     from coreburst.common.textio import TextFileError, read_text
 
     try:
-        doc = yaml.safe_load(read_text(path, "--teams file"))
+        # _UniqueKeyLoader is a SafeLoader: no Python objects are built from the file
+        doc = yaml.load(read_text(path, "--teams file"), Loader=_UniqueKeyLoader)
     except TextFileError as exc:
         raise _fail(str(exc)) from None
+    except _DuplicateKeyError as exc:
+        raise _fail(
+            f"--teams {path} line {exc.line}: account {exc.key!r} is mapped twice; keep one "
+            "team for it"
+        ) from None
     except yaml.YAMLError:
         raise _fail(f"--teams {path}: not valid YAML; give a mapping of account: team") from None
     if not isinstance(doc, dict) or not all(
@@ -237,6 +278,19 @@ def _lifetimes(path: Path, since: int, until: int) -> dict[str, list[tuple[int, 
         return None
     try:
         return instance_lifetimes(read_text(path, "burst audit log"), since, until, str(path))
+    except (TextFileError, AccountingError) as exc:
+        raise _fail(str(exc)) from None
+
+
+def _ec2(
+    path: Path | None, since: int, until: int
+) -> tuple[dict[str, list[tuple[int, int]]], dict[str, list[dict[str, Any]]]]:
+    from coreburst.common.textio import TextFileError, read_text
+
+    if path is None:
+        return {}, {}
+    try:
+        return ec2_lifetimes(read_text(path, "--ec2-instances file"), since, until, str(path))
     except (TextFileError, AccountingError) as exc:
         raise _fail(str(exc)) from None
 
@@ -439,6 +493,9 @@ def report_doc(
         },
         # the idle row holds no job: ``nodes`` are the burst nodes whose instances idled
         "idle": {**row_doc(ledger.idle, owned), "jobs": 0, "nodes": ledger.idle_by_node},
+        # per burst node: its instance's lifetime (what EC2 bills), the instances EC2 lists
+        # with the job each was launched for (--ec2-instances), and every job run on it
+        "burst_instances": ledger.instances,
         "total": row_doc(total, owned),
         "notes": ledger.notes,
     }
@@ -627,6 +684,13 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
         str | None,
         typer.Option(help="Prometheus with dcgm-exporter series: each job's GPU active ratio"),
     ] = None,
+    ec2_instances: Annotated[
+        Path | None,
+        typer.Option(
+            help="saved `aws ec2 describe-instances` JSON: EC2's own launch and end times "
+            "bound each burst instance's lifetime (default: the audit log's)"
+        ),
+    ] = None,
 ) -> None:
     """Core and burst GPU-hours and dollars per team (or account, user, job, partition).
 
@@ -650,7 +714,15 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
     side = burst_side(stack, stack_dir)
     log = audit_log or side.audit_log
     lifetimes = _lifetimes(log, start, end)
-    jobs: list[JobRecord]
+    life_source = f"the burst audit log {log}"
+    ec2_spans, ec2_instances_of = _ec2(ec2_instances, start, end)
+    if ec2_instances is not None:
+        # EC2's times are what it bills: they replace the audit log's for the nodes it lists
+        lifetimes = {**(lifetimes or {}), **ec2_spans}
+        life_source = f"EC2's launch and end times ({ec2_instances}) or the audit log {log}"
+    core = _core_capacity(side, start, end)
+    bad: dict[str, list[str]] = {}
+    jobs: list[JobRecord] | JobStream
     try:
         if sacct_json is not None:
             from coreburst.common.textio import TextFileError, read_text
@@ -659,28 +731,41 @@ def report(  # noqa: PLR0917 (one parameter per CLI option)
                 text = read_text(sacct_json, "--sacct-json file")
             except TextFileError as exc:
                 raise AccountingError(str(exc)) from None
-            jobs, source = parse_sacct_json(text, now), f"{sacct_json} (sacct --json)"
+            jobs, source = parse_sacct_json(text, now, bad), f"{sacct_json} (sacct --json)"
         else:
-            jobs, source = read_jobs(start, end, now)
+            # read in time slices and counted as they come: memory is one slice's, not the
+            # window's (a month of a busy site is millions of runs)
+            jobs = JobStream(start, end, now, progress=terminal_progress)
+            source = "sacct --json"
+        active: dict[JobRecord, float | None] = {}
+        measured_notes: list[str] = []
+        if prometheus is not None:
+            jobs = list(jobs)  # each run is asked of Prometheus: the runs are kept
+            active, measured_notes = _measure(prometheus, jobs, side, core, start, end, now)
+        ledger = build_ledger(
+            jobs,
+            since=start,
+            until=end,
+            now=now,
+            by=by.value,
+            core_rate=owned.rate,
+            burst_nodes=side.nodes,
+            lifetimes=lifetimes,
+            teams=team_map,
+            core=core if isinstance(core, CoreCapacity) else None,
+            active=active if prometheus is not None else None,
+            lifetime_source=life_source,
+        )
     except AccountingError as exc:
         raise _fail(str(exc)) from None
-    core = _core_capacity(side, start, end)
-    active, measured_notes = (
-        ({}, []) if prometheus is None else _measure(prometheus, jobs, side, core, start, end, now)
-    )
-    ledger = build_ledger(
-        jobs,
-        since=start,
-        until=end,
-        now=now,
-        by=by.value,
-        core_rate=owned.rate,
-        burst_nodes=side.nodes,
-        lifetimes=lifetimes,
-        teams=team_map,
-        core=core if isinstance(core, CoreCapacity) else None,
-        active=active if prometheus is not None else None,
-    )
+    if isinstance(jobs, JobStream):
+        source, bad = jobs.source, jobs.bad
+    for node, insts in ec2_instances_of.items():
+        if node in ledger.instances:
+            ledger.instances[node]["instances"] = insts
+    note = bad_records_note(bad)
+    if note:
+        ledger.notes.append(note)
     ledger.notes.extend(measured_notes)
     if isinstance(core, str):
         ledger.notes.append(f"idle core GPU-hours unknown: {core}")

@@ -41,6 +41,7 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -418,3 +419,105 @@ def test_the_table_a_person_reads(seeded: Seeded) -> None:
     idle_core = next(line for line in lines if "(idle core GPUs)" in line)
     assert "2 nodes" in idle_core and "$" in idle_core
     assert "GPU active: n/a (give --prometheus URL to read DCGM)" in done.stdout
+
+
+def test_jobs_on_a_node_that_never_registers_bill_no_more_than_its_instance(
+    seeded: Seeded, tmp_path: Path
+) -> None:
+    """Issue 33: od-2's instance never registers (a broken image; the lab's boot watcher never
+    starts its slurmd). Two 4-GPU jobs wait on it in CONFIGURING until ResumeTimeout, when
+    slurmctld runs ResumeFailProgram (the instance is terminated) and fails them. Slurm's
+    records of the jobs are not the instance's life; the report charges the instance's
+    seconds (audit log, then EC2's own LaunchTime and termination time) and no more, names
+    both jobs on it, and the idle figure for it is never a made-up $0."""
+    lab = seeded.lab
+    audit = seeded.report_dir / "log" / "burst-audit.jsonl"
+    t0 = int(time.time())
+    lab.watcher.never_boot.add("od-2")
+    try:
+        ids = [
+            _sbatch(lab, "-A", acct, "-p", "burst", "-w", "od-2", "--gres=gpu:4", "--no-requeue",
+                    "-t", "5", "--wrap", "sleep 1")
+            for acct in ("ml", "research")
+        ]  # fmt: skip
+        fails = lambda: [  # noqa: E731
+            e for e in map(json.loads, audit.read_text().splitlines())
+            if e["event"] == "resume-fail" and e["ts"] >= t0
+        ]  # fmt: skip
+        lab.wait("resume-fail ran for od-2", lambda: bool(fails()), 120)
+        lab.wait("jobs failed in slurmdbd", lambda: _ended(lab, ids), 60)
+    finally:
+        lab.watcher.never_boot.clear()
+    until = int(time.time()) + 1
+    time.sleep(1.5)
+    launched = [
+        e for e in map(json.loads, audit.read_text().splitlines())
+        if e["event"] == "resume.launched" and e["ts"] >= t0 and "od-2" in expand(e["nodes"])
+    ]  # fmt: skip
+    (fail,) = fails()
+    lived = int(fail["ts"]) - int(launched[0]["ts"])
+    # EC2's own times for the instance, as describe-instances prints them
+    resp = lab.ec2.describe_instances(InstanceIds=launched[0]["instances"])
+    resp.pop("ResponseMetadata", None)
+    ec2_file = tmp_path / "instances.json"
+    ec2_file.write_text(json.dumps(resp, default=lambda d: d.isoformat()))
+    inst = resp["Reservations"][0]["Instances"][0]
+    assert abs(inst["LaunchTime"].timestamp() - launched[0]["ts"]) < 2
+    recorded = {j: (end - e, end) for j, _, _, e, _, end in _parsable_ids(seeded, ids)}
+    price = Decimal(repr(load_catalog().on_demand_price("p5.48xlarge", "us-east-1")))
+    for extra in ([], ["--ec2-instances", str(ec2_file)]):
+        done = seeded.lab.slurm.run(
+            sys.executable, "-m", "coreburst", "cost", "report", "--by", "job",
+            "--since", _iso(t0 - 5), "--until", _iso(until), "--stack", "lab",
+            "--stack-dir", str(seeded.report_dir), "--gpu-hour-usd", str(RATE),
+            "--format", "json", *extra,
+            check=False, timeout=120, env={"PYTHONPATH": str(slurmlab.REPO)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)
+        print(extra, "recorded", recorded, "instance lived", lived, doc["notes"])
+        od2 = doc["burst_instances"]["od-2"]
+        assert set(ids) <= set(od2["jobs"]) | set(od2["clipped_s"])  # both jobs named
+        spans = [
+            (int(datetime.fromisoformat(a).timestamp()), int(datetime.fromisoformat(b).timestamp()))
+            for a, b in od2["lifetime"]
+        ]
+        life = sum(b - a for a, b in spans)
+        billed = Decimal(life) * price / 3600
+        jobs_usd = sum(Decimal(str(r["burst_usd"])) for r in doc["rows"] if r["group"] in ids)
+        assert jobs_usd <= billed + Decimal("0.01"), (jobs_usd, billed)  # never more than EC2
+        # each job's seconds outside the instance, from sacct's own start and end, are cut
+        outside = {
+            j: (end - start) - sum(max(0, min(end, b) - max(start, a)) for a, b in spans)
+            for j, (start, end) in recorded.items()
+        }
+        assert od2["clipped_s"] == {j: s for j, s in outside.items() if s > 0}, outside
+        if any(outside.values()):
+            assert any("outside its instance's lifetime" in n for n in doc["notes"])
+        by_job = {r["group"]: r for r in doc["rows"]}
+        for j, (start, end) in recorded.items():  # 4 GPUs for the seconds inside it
+            inside = (end - start) - outside[j]
+            assert by_job[j]["burst_gpu_h"] == round(4 * inside / 3600, 3)
+        assert doc["idle"]["burst_usd"] is not None  # the audit log covers od-2: known
+
+
+def _ended(lab: BurstLab, ids: list[str]) -> bool:
+    out = lab.slurm.run(
+        "sacct", "-n", "-X", "-P", "-j", ",".join(ids), "--format=JobID,State,End", check=False
+    ).stdout
+    ends = [line.split("|") for line in out.splitlines() if "|" in line]
+    return len(ends) == len(ids) and all(end not in ("", "Unknown") for _, _, end in ends)
+
+
+def _parsable_ids(seeded: Seeded, ids: list[str]) -> list[tuple[str, str, int, int, str, int]]:
+    out = seeded.lab.slurm.run(
+        "sacct", "-n", "-X", "-P", "-a", "-j", ",".join(ids),
+        "--format=JobID,Account,ElapsedRaw,AllocTRES,NodeList,End",
+        env={"SLURM_TIME_FORMAT": "%s"},
+    ).stdout  # fmt: skip
+    rows = []
+    for line in out.splitlines():
+        job, account, elapsed, tres, nodes, end = line.split("|")
+        gpus = int(dict(p.split("=") for p in tres.split(",") if "=" in p).get("gres/gpu", 0))
+        rows.append((job, account, gpus, int(elapsed), nodes, int(end)))
+    return rows

@@ -4,6 +4,7 @@ up from SchedMD's parsers.c (tests/fixtures/slurm/sacct-fixtures.md says which i
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 from coreburst.cost.accounting import (
     AccountingError,
     JobRecord,
+    JobStream,
+    bad_records_note,
     parse_sacct_json,
     parse_sacct_parsable,
     read_jobs,
@@ -177,3 +180,116 @@ def test_fixture_provenance_is_stated() -> None:
     for raw in (REC_JSON, V40):
         note = json.loads(raw)["_coreburst_fixture"]
         assert ("Recorded" in note) != ("Made up" in note)
+
+
+# -- records whose times cannot be ------------------------------------------------------------
+
+
+def test_negative_and_inverted_times_are_left_out_with_a_note() -> None:
+    """Made-up corruptions of the recorded lines: job 2's ElapsedRaw negative, job 3's End
+    before its Start (sacct(1) fields; what a damaged slurmdbd row would print)."""
+    lines = REC_PARSABLE.decode().splitlines()
+    cols2, cols3 = lines[1].split("|"), lines[2].split("|")
+    cols2[6] = "-3"
+    cols3[8] = str(int(cols3[7]) - 10)
+    bad: dict[str, list[str]] = {}
+    jobs = parse_sacct_parsable("\n".join([lines[0], "|".join(cols2), "|".join(cols3)]), NOW, bad)
+    assert [j.job_id for j in jobs] == ["1"]
+    assert bad == {"a negative elapsed time (ElapsedRaw)": ["2"], "an end before its start": ["3"]}
+    note = bad_records_note(bad)
+    assert note is not None and note.startswith("2 sacct record(s) left out")
+    assert "(job 2)" in note and "(job 3)" in note and "\n" not in note
+    doc = json.loads(REC_JSON)
+    doc["jobs"][1]["time"]["elapsed"] = -3
+    doc["jobs"][2]["time"]["start"] = doc["jobs"][2]["time"]["end"] + 5
+    bad = {}
+    assert [j.job_id for j in parse_sacct_json(json.dumps(doc), NOW, bad)] == ["1"]
+    assert bad == {"a negative elapsed time (ElapsedRaw)": ["2"], "an end before its start": ["3"]}
+    # the data_parser layouts: time.start is the run's start there too
+    v40 = json.loads(V40)
+    v40["jobs"][0]["time"]["start"] = v40["jobs"][0]["time"]["end"] + 5
+    bad = {}
+    assert len(parse_sacct_json(json.dumps(v40), NOW, bad)) == len(parse_sacct_json(V40, NOW)) - 1
+    assert bad == {"an end before its start": ["1"]}
+
+
+# -- time slices ---------------------------------------------------------------------------------
+
+
+class Slurmdbd:
+    """Plays sacct over generated records (coreburst/sandbox/sacctgen.py: the recorded
+    22.05 layout, selected per window as slurmdbd's as_mysql_jobacct_process.c does)."""
+
+    def __init__(self, root: Path, fail_on: int | None = None) -> None:
+        self.root, self.fail_on, self.windows = root, fail_on, []  # type: ignore[var-annotated]
+
+    def __call__(self, cmd: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
+        import io
+
+        from coreburst.sandbox.sacctgen import answer
+
+        self.windows.append([a for a in cmd if a.startswith(("--starttime", "--endtime"))])
+        if self.fail_on is not None and len(self.windows) == self.fail_on:
+            raise subprocess.TimeoutExpired(cmd, kw["timeout"])
+        buf = io.BytesIO()
+        rc = answer(self.root, cmd[1:], buf, now=NOW)  # running jobs: elapsed until NOW
+        return subprocess.CompletedProcess(cmd, rc, buf.getvalue(), b"")
+
+
+@pytest.fixture(scope="module", name="generated")
+def generated_fixture(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    from coreburst.sandbox.sacctgen import Generated
+
+    return Generated.create(
+        tmp_path_factory.mktemp("recs"), json.loads(REC_JSON), n=1500, days=3, until=NOW - 60
+    )
+
+
+def test_slices_give_the_runs_of_one_whole_window_read(generated: Any) -> None:
+    meta = generated.meta
+    since, until = meta["since"], meta["until"]
+    whole, source = read_jobs(since, until, NOW, env={}, run=Slurmdbd(generated.root))
+    assert source == "sacct --json" and len(whole) > 1000
+    # runs cross slice boundaries (some last 36 h), some still run (end 0 in the records)
+    assert any(j.end is None for j in whole) and any(
+        j.span(NOW)[1] - j.span(NOW)[0] > 86400 for j in whole
+    )
+    fake = Slurmdbd(generated.root)
+    stream = JobStream(
+        since, until, NOW, env={}, run=fake, slice_s=until - since, max_bytes=400_000
+    )
+    sliced = list(stream)
+    assert sorted(sliced, key=repr) == sorted(whole, key=repr)  # each run once
+    assert len(fake.windows) > 10 and stream.source == "sacct --json"
+    # a slice over the cap was asked again as a half: every window asked fits the cap
+    assert any(a == b for a, b in itertools.pairwise(w[0] for w in fake.windows))
+
+
+def test_each_slice_has_its_own_deadline(generated: Any) -> None:
+    meta = generated.meta
+    fake = Slurmdbd(generated.root, fail_on=3)
+    stream = JobStream(
+        meta["since"], meta["until"], NOW, env={}, run=fake, slice_s=3600, timeout_s=7
+    )
+    with pytest.raises(AccountingError, match="timed out after 7s: is slurmdbd up") as err:
+        list(stream)
+    assert "\n" not in str(err.value)
+
+
+def test_progress_shows_on_a_terminal_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from coreburst.cost.accounting import terminal_progress
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream, shown in ((Tty(), True), (io.StringIO(), False)):
+        monkeypatch.setattr("sys.stderr", stream)
+        terminal_progress(3600, 4 * 3600, 123456)
+        terminal_progress(4 * 3600, 4 * 3600, 200000)
+        text = stream.getvalue()
+        assert (text == "\rreading sacct:  25% of the window, 123,456 job runs"
+                "\rreading sacct: 100% of the window, 200,000 job runs\n") == shown  # fmt: skip
+        assert shown or text == ""

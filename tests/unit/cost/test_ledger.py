@@ -146,17 +146,77 @@ def test_no_audit_log_means_idle_unknown_not_zero() -> None:
         lifetimes=None,
     )  # fmt: skip
     assert led.idle.burst_gpu_s == 0 and led.instance_gpu_s == {}
+    assert led.idle.unknown  # shown as unknown and left out of the totals, never $0.00
+    assert led.total("burst_cents") == sum(r.burst_cents for r in led.rows)
     assert any("idle burst instance-hours are unknown (not zero)" in n for n in led.notes)
 
 
-def test_jobs_outside_recorded_lifetimes_give_no_idle() -> None:
-    short = {"od-1": [(1796346554, 1796346556)]}  # 2 s of instance for 32 GPU-s of jobs
+def test_jobs_are_clipped_to_their_instance_and_never_bill_more() -> None:
+    # the recorded jobs 2 (1796346554..557) and 3 (..559) on od-1, against an instance that
+    # lived 2 s of that (555..557): Slurm's records run 1 s and 3 s past it
+    short = {"od-1": [(1796346555, 1796346557)]}
     led = build_ledger(
-        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=RATE, burst_nodes=OD1,
+        JOBS, since=0, until=NOW, now=NOW, by="job", core_rate=RATE, burst_nodes=OD1,
         lifetimes=short,
     )  # fmt: skip
-    assert led.idle.burst_gpu_s == 0
-    assert any("od-1" in n and "incomplete" in n for n in led.notes)
+    billed = Fraction(2) * Fraction(P5) / 3600  # 2 s of p5.48xlarge
+    rows = {r.group: r for r in led.rows}
+    assert rows["2"].burst_gpu_s == rows["3"].burst_gpu_s == 4 * 2
+    assert sum((r.burst_usd for r in led.all_rows), start=Fraction(0)) == billed
+    assert led.total("burst_cents") == round(billed * 100)
+    assert led.idle.burst_gpu_s == 0 and not led.idle.unknown  # the jobs held all 8 GPUs
+    (note,) = [n for n in led.notes if "outside its instance" in n]
+    assert "2 job run(s) on od-1 (2, 3)" in note and "4 s outside" in note
+    assert led.instances["od-1"]["jobs"] == ["2", "3"]
+    assert led.instances["od-1"]["clipped_s"] == {"2": 1, "3": 3}
+
+
+def test_the_issue_case_84_s_recorded_on_an_instance_that_lived_53_85_s() -> None:
+    """Issue 33: two 4-GPU jobs kept in CONFIGURING on a node that never registered are
+    recorded 84 s each; the audit log (resume.launched .. resume-fail, the resume program's
+    events, coreburst/burst/power.py) says the instance lived 53.85 s. Made-up records in
+    the recorded layouts (sacct-22.05-recorded.json's fields, burst-audit-recorded.jsonl's)."""
+    t = 1796346600
+    audit = (
+        f'{{"event": "resume.launched", "instances": ["i-1"], "nodes": "od-1", "ts": {t}.10}}\n'
+        f'{{"event": "resume-fail", "instances": ["i-1"], "nodes": "od-1", "ts": {t + 53}.95}}\n'
+    )
+    recs = [
+        JobRecord(j, "ann", a, "burst", "burstlab", ("od-1",), 4, t, t + 84, "NODE_FAIL")
+        for j, a in (("41", "ml"), ("42", "research"))
+    ]
+    led = build_ledger(
+        recs, since=t - 100, until=t + 200, now=t + 300, by="team", core_rate=RATE,
+        burst_nodes=OD1, lifetimes=instance_lifetimes(audit, t - 100, t + 200), core=None,
+    )  # fmt: skip
+    # whole seconds of the audit log: 53 s x 8 GPUs, what the jobs are charged in all
+    billed = Fraction(53) * Fraction(P5) / 3600
+    assert sum((r.burst_usd for r in led.rows), start=Fraction(0)) == billed  # not x 84/53
+    assert sum(r.burst_cents for r in led.rows) == round(billed * 100) == 81
+    assert all(r.burst_gpu_s == 4 * 53 for r in led.rows)
+    assert any("2 job run(s) on od-1 (41, 42)" in n and "62 s outside" in n for n in led.notes)
+
+
+def test_jobs_on_a_node_the_audit_log_never_launched_leave_idle_unknown() -> None:
+    led = build_ledger(
+        JOBS, since=0, until=NOW, now=NOW, by="team", core_rate=RATE, burst_nodes=OD1,
+        lifetimes={},
+    )  # fmt: skip
+    assert led.idle.unknown and led.total("burst_cents") == sum(r.burst_cents for r in led.rows)
+    assert any("no instance there" in n and "od-1" in n for n in led.notes)
+
+
+def test_more_gpus_held_than_the_instance_has_share_its_cost() -> None:
+    # 16 GPUs of jobs on an 8-GPU instance at once (records that disagree)
+    t = 1796346600
+    recs = [JobRecord(j, "u", "ml", "p", "c", ("od-1",), 8, t, t + 10, "COMPLETED") for j in "ab"]
+    led = build_ledger(
+        recs, since=t, until=t + 10, now=t + 10, by="job", core_rate=RATE, burst_nodes=OD1,
+        lifetimes={"od-1": [(t, t + 10)]},
+    )  # fmt: skip
+    billed = Fraction(10) * Fraction(P5) / 3600
+    assert sum((r.burst_usd for r in led.rows), start=Fraction(0)) == billed
+    assert any("more GPUs at once" in n for n in led.notes)
 
 
 def test_unknown_prices_are_unpriced_never_zero() -> None:
@@ -276,15 +336,22 @@ def test_rows_add_up_to_totals_to_the_cent(  # noqa: PLR0917
     assert by_job.total("burst_cents") == total_burst
     assert abs(Fraction(total_burst, 100) - burst_exact) <= Fraction(1, 200)
     # when every job fits in its nodes' lifetimes, burst = instance-hours x price exactly
-    if not any("incomplete" in n for n in led.notes):
+    if not any("more GPUs at once" in n for n in led.notes):
         inst = sum(
             Fraction(s) * Fraction(nodes[n].usd_per_hour or 0) / (8 * 3600)
             for n, s in led.instance_gpu_s.items()
         )
         assert burst_exact == inst
-    for r in [*led.rows, led.idle_core]:  # each core cell is its own GPU-hours x rate, to the cent
-        assert r.core_cents == round(r.core_gpu_s * Fraction(rate) / 3600 * 100)
-    assert led.total("core_cents") == sum(r.core_cents or 0 for r in led.all_rows)
+    # core: the idle core cell is its own GPU-hours x rate, to the cent; the groups share the
+    # rest of the column's total, each within a cent; one total whatever --by
+    per_h = Fraction(rate) / 3600
+    assert led.idle_core.core_cents == round(led.idle_core.core_gpu_s * per_h * 100)
+    assert all(abs(Fraction(r.core_cents or 0, 100) - r.core_gpu_s * per_h) <= Fraction(1, 100)
+               for r in led.rows)  # fmt: skip
+    exact_core = sum((r.core_gpu_s for r in led.all_rows), start=Fraction(0)) * per_h
+    assert led.total("core_cents") == round(exact_core * 100)
+    assert by_job.total("core_cents") == led.total("core_cents")
+    assert by_job.idle_core.core_cents == led.idle_core.core_cents
     # the idle core: each node known or named unknown, and known ones agree with a sweep
     lo = max(5_000, recorded_from)
     idle_sum = Fraction(0)

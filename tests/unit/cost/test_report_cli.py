@@ -14,6 +14,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
@@ -21,6 +23,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from coreburst.common.catalog import load_catalog
 from coreburst.cost.report import app
 from coreburst.tco.cli import build_scenario
 from coreburst.tco.model import scenario_gpu_hour_price
@@ -257,3 +260,129 @@ def test_bad_input_is_one_line_exit_2(
     assert code == 2, (out, err)
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert out == ""
+
+
+def test_one_total_whatever_by(stack_dir: Path) -> None:
+    """Core cents are shared out like burst cents: every grouping reads the same totals."""
+    seen = set()
+    for by in ("team", "account", "user", "job", "partition"):
+        code, out, err = _run(stack_dir, "--gpu-hour-usd", "2.35", "--by", by, "--format", "json")
+        assert code == 0, err
+        doc = json.loads(out)
+        t = doc["total"]
+        seen.add((t["core_usd"], t["burst_usd"], t["total_usd"]))
+        for col in ("core_usd", "burst_usd", "total_usd"):
+            rows = [*doc["rows"], doc["idle_core"], doc["idle"]]
+            assert sum(round(r[col] * 100) for r in rows) == round(t[col] * 100), (by, col)
+    assert len(seen) == 1, seen
+
+
+def test_ec2_times_bound_the_instance_and_name_its_job(stack_dir: Path, tmp_path: Path) -> None:
+    """The instance comes from moto (launched with the resume program's tags, then
+    terminated) and is printed as ``aws ec2 describe-instances`` prints it (botocore's
+    output, datetimes in ISO 8601). Its LaunchTime and the time in its StateTransitionReason
+    are moto's clock; both are moved back by one offset to the recorded lab's hour, so that
+    EC2 says od-1 lived 1796346555..557: 2 s of the 3 s and 5 s Slurm recorded for jobs 2, 3."""
+    import boto3
+    from moto import mock_aws
+
+    from coreburst.sandbox.emulator import AMI
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        tags = [
+            {"Key": "coreburst-slurm-node", "Value": "od-1"},
+            {"Key": "coreburst-job", "Value": "2"},
+        ]
+        iid = ec2.run_instances(
+            ImageId=AMI, MinCount=1, MaxCount=1, InstanceType="p5.48xlarge",
+            TagSpecifications=[{"ResourceType": "instance", "Tags": tags}],
+        )["Instances"][0]["InstanceId"]  # fmt: skip
+        ec2.terminate_instances(InstanceIds=[iid])
+        resp = ec2.describe_instances(InstanceIds=[iid])
+    resp.pop("ResponseMetadata")
+    inst = resp["Reservations"][0]["Instances"][0]
+    assert inst["State"]["Name"] == "terminated"
+    launched = inst["LaunchTime"]
+    offset = int(launched.timestamp()) - 1796346555
+    inst["LaunchTime"] = datetime.fromtimestamp(1796346555, UTC)
+    m = re.search(r"\((.+) (?:UTC|GMT)\)", inst["StateTransitionReason"])
+    assert m is not None  # moto writes the time as EC2 does (its own zone name)
+    ended = int(datetime.fromisoformat(m.group(1)).replace(tzinfo=UTC).timestamp()) - offset
+    inst["StateTransitionReason"] = inst["StateTransitionReason"].replace(
+        m.group(1),
+        datetime.fromtimestamp(max(ended, 1796346557), UTC).strftime("%Y-%m-%d %H:%M:%S"),
+    )
+    path = tmp_path / "instances.json"
+    path.write_text(json.dumps(resp, default=lambda d: d.isoformat()))
+    code, out, err = _run(stack_dir, "--gpu-hour-usd", "2.35", "--ec2-instances", str(path),
+                          "--format", "json")  # fmt: skip
+    assert code == 0, err
+    doc = json.loads(out)
+    od1 = doc["burst_instances"]["od-1"]
+    assert od1["instances"][0]["instance_id"] == iid
+    assert od1["instances"][0]["launched_for_job"] == "2"
+    assert od1["jobs"] == ["2", "3"]  # every job that ran on it
+    assert od1["lifetime"] == [["2026-12-04T01:09:15Z", "2026-12-04T01:09:17Z"]]
+    assert od1["clipped_s"] == {"2": 1, "3": 3}  # jobs 2 (554..557) and 3 (554..559)
+    price = load_catalog().on_demand_price("p5.48xlarge", "us-east-1")
+    billed = Fraction(2) * Fraction(repr(price)) / 3600
+    assert round(doc["total"]["burst_usd"] * 100) == round(billed * 100)  # never more than EC2
+    assert any("outside its instance's lifetime" in n and "EC2" in n for n in doc["notes"])
+
+
+def test_teams_mapping_an_account_twice_is_refused(stack_dir: Path, tmp_path: Path) -> None:
+    teams = tmp_path / "teams.yaml"
+    teams.write_text("ml: vision\nresearch: nlp\nml: nlp\n")
+    code, out, err = _run(stack_dir, "--teams", str(teams))
+    assert code == 2 and out == ""
+    assert (
+        err
+        == f"error: --teams {teams} line 3: account 'ml' is mapped twice; keep one team for it\n"
+    )
+
+
+def test_slices_read_the_same_report_as_one_whole_window(
+    stack_dir: Path, slurm_bin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Generated records in the recorded 22.05 layout (coreburst/sandbox/sacctgen.py) over a
+    day: the report from one whole-window ``sacct --json`` (saved, --sacct-json: the read
+    before time slices) and from a sacct stand-in on PATH answering each slice as slurmdbd
+    selects are the same text, but for the line naming where the jobs came from."""
+    import sys
+
+    from coreburst.cost import accounting
+    from coreburst.sandbox.sacctgen import Generated, answer
+
+    # Three days of records to 2026-12-04T02:00, the report over the first: the runs still
+    # going at the end (which started within its last 36 h) are after the report's window,
+    # so its clock (later than the records') moves nothing in it.
+    until = 1796349600
+    gen = Generated.create(tmp_path / "recs", json.loads(SACCT.read_text()), n=300, days=3,
+                           until=until)  # fmt: skip
+    monkeypatch.setenv("SACCTGEN_NOW", str(until))
+    whole = tmp_path / "whole.json"
+    with whole.open("wb") as f:
+        answer(gen.root, ["--json", "--starttime=2026-12-01T02:00:00",
+                          "--endtime=2026-12-02T02:00:00"], f)  # fmt: skip
+    (slurm_bin / "sacct").write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" -m coreburst.sandbox.sacctgen "{gen.root}" "$@"\n'
+    )
+    (slurm_bin / "sacct").chmod(0o755)
+    monkeypatch.setattr(accounting, "SLICE_FIRST_S", 3600)
+    monkeypatch.setattr(accounting, "SLICE_MAX_BYTES", 400_000)  # one slice asked again
+    window = ["--since", "2026-12-01T02:00", "--until", "2026-12-02T02:00"]
+    audit = gen.meta["audit_log"]
+    for fmt in ("table",):  # (the JSON and CSV are the same document's; test_json_csv_...)
+        common = ["report", *window, "--stack", "lab", "--stack-dir", str(stack_dir),
+                  "--gpu-hour-usd", "2.35", "--audit-log", audit, "--format", fmt]  # fmt: skip
+        one = CliRunner().invoke(app, [*common, "--sacct-json", str(whole)])
+        sliced = CliRunner().invoke(app, common)
+        assert one.exit_code == sliced.exit_code == 0, (one.stderr, sliced.stderr)
+        strip = lambda text: [  # noqa: E731
+            line
+            for line in text.splitlines()
+            if "jobs from" not in line and "jobs_source" not in line
+        ]
+        assert strip(one.stdout) == strip(sliced.stdout), fmt
+        assert "$" in one.stdout or fmt != "table"
