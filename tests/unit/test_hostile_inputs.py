@@ -223,7 +223,14 @@ def file_reads(source: str) -> list[tuple[int, str]]:
             mode = _mode(node, pos)
             bad = mode is None or not (set(mode) & WRITE_MODES) or "+" in mode
         elif name == "load" and owner in ("json", "tomllib", "yaml", "pickle"):
-            bad = True  # loaders that take an open file
+            # loaders that take an open file; yaml.load of textio's text (a custom Loader) reads
+            # no file
+            first = node.args[0] if node.args else None
+            bad = not (
+                isinstance(first, ast.Call)
+                and isinstance(first.func, ast.Name)
+                and first.func.id == "read_text"
+            )
         elif (
             name == "decode"
             and isinstance(f, ast.Attribute)
