@@ -18,7 +18,11 @@ to an SQS queue (``spot_interruption.queue_url``). Each cycle the leader drains 
   Then the node is powered down (``state=power_down_force``: Slurm's SuspendProgram terminates
   whatever instance is left, so nothing is orphaned) and, once powered down, undrained if the
   drain is still ours, so it is back in the pool (``idle~``). A job is never requeued for a
-  node that got no warning, nor after it left the node.
+  node that got no warning, nor after it left the node. Once the node is being powered down
+  (drained since the warning; its instance and slurmd ended by the SuspendProgram) the
+  requeued jobs' requeue hold (``Reason=BeginTime``, about two minutes: Slurm holds every
+  requeued job, coreburst/burst/requeue_hold.py) is lifted, so they start on another node or a
+  fresh instance within seconds; the old run's node cannot take them back.
 
 Every Slurm write goes through the actuator's gate (dry-run, leader lease, kill switch, breaker,
 per-cycle cap) and the audit log; ``spot_interruption.dry_run`` makes this rule report only.
@@ -48,7 +52,7 @@ from typing import Annotated, Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
-from coreburst.burst import admin_comment
+from coreburst.burst import admin_comment, requeue_hold
 from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, clip
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
 from guardrails.configtypes import Between, StrictModel, format_duration
@@ -112,6 +116,9 @@ _INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,32}$")
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 # How long a received message stays hidden: one it could not settle comes back next cycle.
 VISIBILITY_S = 30
+# How long a cycle waits for Slurm to finish requeueing a job before lifting its requeue hold
+# (a job still being requeued then is tried again next cycle).
+LIFT_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -247,6 +254,10 @@ class Slurm:
             raise SlurmError(f"job {job}: AdminComment unreadable or full; not noted")
         self.sc.run("update", f"jobid={job}", f"AdminComment={value}")
         self.comments[job] = value
+
+    def lift_hold(self, job: str) -> str:
+        requeue_hold.lift(self.sc.run, job)
+        return f"scontrol update jobid={job} StartTime=now"
 
     def power_down(self, node: str) -> str:
         self.sc.run("update", f"nodename={node}", "state=power_down_force")
@@ -521,8 +532,9 @@ def _instance_states(ctx: RuleContext, watch: dict[str, Any]) -> dict[str, str]:
 
 def _requeue(
     ctx: RuleContext, slurm: Slurm, iid: str, rec: dict[str, Any], gone: bool
-) -> tuple[list[str], bool]:
-    """Requeue the node's interrupted jobs: (requeued job ids, whether all were settled).
+) -> tuple[dict[str, int], bool]:
+    """Requeue the node's interrupted jobs: (requeued job -> its restart count before the
+    requeue, whether all were settled).
     ``gone``: the warned instance is gone and the node has not booted since, so whatever
     still runs there has lost it too."""
     node = rec["node"]
@@ -530,7 +542,8 @@ def _requeue(
     if gone:
         for job, restarts in slurm.jobs_on(node).items():
             candidates.setdefault(job, restarts)
-    requeued, settled = [], True
+    requeued: dict[str, int] = {}
+    settled = True
     grace = format_duration(ctx.cfg.spot_interruption.grace)
     why = "its instance is gone" if gone else f"{grace} after the signal"
     for job, restarts in sorted(candidates.items()):
@@ -548,7 +561,7 @@ def _requeue(
             call=lambda job=job: slurm.requeue(job),  # type: ignore[misc]
         )  # fmt: skip
         if done == "done":
-            requeued.append(job)
+            requeued[job] = restarts
             try:
                 slurm.note(
                     job,
@@ -560,6 +573,41 @@ def _requeue(
         elif done in ("skipped", "failed"):
             settled = False
     return requeued, settled
+
+
+def _lift_holds(
+    ctx: RuleContext, slurm: Slurm, iid: str, rec: dict[str, Any], watch: dict[str, Any]
+) -> None:
+    """Start the jobs requeued off the node again now rather than after Slurm's requeue hold
+    (coreburst/burst/requeue_hold.py): called once the node is being powered down (drained
+    since the warning, its instance and slurmd ended by the SuspendProgram), so the jobs go to
+    another node or a fresh instance, never back to the old run's slurmd. A job whose requeue
+    has not finished is tried again next cycle; one expedited (Slurm 25.11+) has no hold."""
+    before: dict[str, int] = rec.get("requeued", {})  # job -> restarts before the requeue
+    lifted: list[str] = rec.get("lifted", [])
+    todo = [j for j in before if j not in lifted]
+    if not todo or rec.get("holds_settled"):
+        return
+    clock = ctx.clock
+    found = requeue_hold.settle(
+        slurm.sc.squeue, todo, wait_s=LIFT_WAIT_S, restarts_before=before, sleep=clock.sleep,
+        clock=lambda: clock.now().timestamp(), now=lambda: clock.now().timestamp(),
+    )  # fmt: skip
+    settled = not found.waiting
+    for job, view in found.held.items():
+        done = _act(
+            ctx, f"spot-lift:{iid}:{job}:{view.restarts}", rec["node"], "lift-hold",
+            reason=f"spot {rec['kind']} of {iid}: job {job} requeued off {rec['node']}, which "
+            "is powered down: its requeue hold lifted, so it starts now elsewhere",
+            call=lambda job=job: slurm.lift_hold(job),  # type: ignore[misc]
+        )  # fmt: skip
+        if done in ("done", "recorded"):
+            lifted.append(job)
+        else:
+            settled = False
+    rec["lifted"] = lifted
+    rec["holds_settled"] = settled
+    ctx.state.put(WATCH_KEY, watch)
 
 
 def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
@@ -599,13 +647,16 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
                 ctx.report.errors.append(f"spot-interruption: {node}: {exc}")
                 continue
             if requeued:
+                rec["requeued"] = {**rec.get("requeued", {}), **requeued}
+                ctx.state.put(WATCH_KEY, watch)
                 ctx.alert(
                     _alert(
                         f"{rec['event_id']}:requeued", node,
                         f"Spot {rec['kind']}: jobs on {node} requeued",
                         [
                             f"Instance {iid} " + ("is gone." if gone else "is being interrupted."),
-                            f"Requeued: {_jobs_text(requeued)} (each job's AdminComment says why).",
+                            f"Requeued: {_jobs_text(list(requeued))} (each job's AdminComment "
+                            "says why).",
                         ],
                         urgent=False,
                     ),
@@ -629,7 +680,9 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
             if done in ("done", "recorded"):
                 rec["powered_down"] = True
                 ctx.state.put(WATCH_KEY, watch)
+                _lift_holds(ctx, slurm, iid, rec, watch)
             continue
+        _lift_holds(ctx, slurm, iid, rec, watch)
         if sn.states & {"POWERING_DOWN", "POWER_DOWN"}:
             continue  # next cycle, once Slurm has it powered down
         if "DRAIN" in sn.states and sn.reason.startswith(REASON_PREFIX) and iid in sn.reason:
