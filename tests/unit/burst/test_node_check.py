@@ -263,7 +263,7 @@ def test_a_job_comment_that_cannot_be_read_is_left_alone() -> None:
     events: list[dict[str, object]] = []
     health.fail_node("od-2", "gpus: 7 GPUs", slurm, lambda e, **f: events.append(f))
     assert not [c for c in slurm.calls if any(str(a).startswith("AdminComment=") for a in c)]
-    assert ("scontrol", "update", "nodename=od-2", "state=down") == slurm.calls[2][:4]
+    assert slurm.calls[2][:4] == ("scontrol", "update", "nodename=od-2", "state=down")
     # nor is its hold lifted blind: Slurm could not say it holds the job
     assert ("scontrol", "update", "jobid=7", "StartTime=now") not in slurm.calls
     assert events[0]["hold_lifted"] == []
