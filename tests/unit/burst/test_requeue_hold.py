@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
 from coreburst.burst import requeue_hold
+from coreburst.burst.claims import Claims
 from coreburst.burst.config import BurstStack
 from coreburst.burst.merge import parse_conf
 from coreburst.burst.slurm_side import SlurmSide
@@ -100,7 +101,10 @@ def test_settle_lifts_nothing_blind_when_slurm_does_not_answer() -> None:
     def fails(*args: str) -> str:
         raise SlurmError("squeue --json --states=all timed out after 30s")
 
-    found = requeue_hold.settle(fails, ["1", "2"], wait_s=5, sleep=pytest.fail)
+    def no_wait(s: float) -> None:
+        pytest.fail(f"waited {s} s for a Slurm that does not answer")
+
+    found = requeue_hold.settle(fails, ["1", "2"], wait_s=5, sleep=no_wait)
     assert found.held == {} and found.waiting == ["1", "2"]
     with pytest.raises(SlurmError, match="not JSON"):
         requeue_hold.parse_jobs("slurm_load_jobs error: Unable to contact slurm controller")
@@ -136,7 +140,7 @@ def _side(stack: BurstStack, slurm: Slurm, choices_left: bool = False) -> tuple[
     side = SlurmSide(
         stack, slurm, lambda e, **f: events.append({"event": e, **f}),
         now=lambda: datetime(2026, 12, 5, tzinfo=UTC), nodes_of=node_set_of(stack),
-        claims=NoClaims, release=lambda *a, **k: None,
+        claims=lambda: cast(Claims, NoClaims()), release=lambda *a, **k: None,
         choices=lambda ns: ([("p5.48xlarge", "us-east-2b")] if choices_left else [], {}),
     )  # fmt: skip
     return side, events
