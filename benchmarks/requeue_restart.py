@@ -22,12 +22,12 @@ take the job:
    the same node's next instance takes it.
 
 Each run has a lab of its own (what one scenario leaves behind does not reach the next). For
-each: the seconds from the requeue (Slurm's: the job's ``submit_time``, which a requeue
-resets; whole seconds) to it being eligible (its ``eligible_time``: Slurm's requeue hold), to
-it leaving PENDING (Slurm allocated a node) and to RUNNING (polled every 0.1 s); and who ended
-the hold: ``coreburst`` (coreburst/burst/requeue_hold.py, as the audit logs say), ``slurm``
-(expedited requeue: no hold), ``none set`` (Slurm set no hold: 22.05 requeueing a job whose
-node it lost) or ``-`` (it was waited out).
+each: the seconds from the requeue (seen by polling ``squeue --json`` every 0.1 s, or the
+audit record of the requeue coreburst made when earlier) to it being eligible (its
+``eligible_time``: Slurm's requeue hold), to it leaving PENDING (Slurm allocated a node) and to
+RUNNING; and who ended the hold: ``coreburst`` (coreburst/burst/requeue_hold.py, as the
+audit logs say), ``slurm`` (expedited requeue: no hold), ``none set`` (Slurm set no hold) or
+``-`` (it was waited out).
 A job allocated a powered-down cloud node stays CONFIGURING until the node has booted and
 slurmctld's next check of configuring jobs (``job_time_limit()``, every 30 s on 22.05), so
 requeue → RUNNING also holds that poll, which no program of coreburst's shortens.
@@ -61,7 +61,6 @@ sys.path.insert(0, str(REPO))
 
 from coreburst.burst import requeue_hold  # noqa: E402
 from coreburst.burst.slurmconf import EXPEDITED_REQUEUE_SINCE  # noqa: E402
-from coreburst.common.slurmcmd import slurm_number  # noqa: E402
 from coreburst.sandbox.emulator import fake_session  # noqa: E402
 from coreburst.sandbox.slurmlab import (  # noqa: E402
     BurstLab,
@@ -96,25 +95,12 @@ def _view(lab: BurstLab, job: str) -> requeue_hold.JobView | None:
         return None
 
 
-def _requeued_at(lab: BurstLab, job: str) -> float | None:
-    """When Slurm requeued the job (epoch seconds): a requeue resets its ``submit_time``
-    (the recordings in tests/fixtures/slurm/squeue-requeued-*), on every release."""
-    out = lab.slurm.run("squeue", *requeue_hold.READ, check=False).stdout
-    try:
-        jobs = json.loads(out)["jobs"]
-    except (ValueError, KeyError, TypeError):
-        return None
-    for j in jobs:
-        if str(slurm_number(j.get("job_id"))) == job:
-            return slurm_number(j.get("submit_time"))
-    return None
-
-
 class Watch:
-    """Polls one job every 0.1 s: when it became eligible, when it left PENDING and when it was
-    RUNNING (epoch seconds); the requeue's own moment is Slurm's (:func:`_requeued_at`, whole
-    seconds), so a requeue seen late (the spot rule's cycle requeues and lifts before it
-    returns) is timed from when it happened."""
+    """Polls one job every 0.1 s: when it was seen requeued, when it became eligible, when it
+    left PENDING and when it was RUNNING (epoch seconds). A requeue coreburst made (the spot
+    rule's ``scontrol requeue``, the resume program's DOWN) is timed from its audit record
+    when that is earlier than it was seen (the spot rule's cycle requeues and lifts before
+    the poll looks)."""
 
     def __init__(self, lab: BurstLab, job: str) -> None:
         self.lab, self.job = lab, job
@@ -133,7 +119,7 @@ class Watch:
                 step()
             v = _view(self.lab, self.job)
             if v is not None and v.restarts >= 1 and "COMPLETING" not in v.states:
-                self.requeued = _requeued_at(self.lab, self.job) or time.time()
+                self.requeued = time.time()
                 if v.states & PENDING:
                     self.eligible = v.eligible or self.requeued  # none: eligible now
                     self.expedited = "EXPEDITING" in v.states
@@ -159,11 +145,11 @@ class Watch:
             time.sleep(0.1)
         self.gave_up = timeout_s  # not running within timeout_s: the row says so
 
-    def row(self, lifted: bool) -> dict[str, Any]:
+    def row(self, lifted: bool, caused_at: float | None = None) -> dict[str, Any]:
         """The seconds since the requeue; who ended the hold: ``coreburst`` (``lifted``: its
         audit log says so), ``slurm`` (expedited requeue: no hold), ``-`` (waited out)."""
-        t0 = self.requeued
-        assert t0 is not None
+        assert self.requeued is not None
+        t0 = min(self.requeued, caused_at or self.requeued)
 
         def since(t: float | None) -> float | None:
             return None if t is None else round(max(0.0, t - t0), 1)
@@ -228,12 +214,12 @@ class Bench:
         w.until_requeued(60)
         lab.slurm.run("scontrol", "delete", f"ReservationName={resv}")
         w.until_running(240)
+        events = _audit(self.burst_audit)[n_audit:]
         lifted = any(
-            job in e.get("lifted", [])
-            for e in _audit(self.burst_audit)[n_audit:]
-            if e["event"] == "resume.requeue_hold"
+            job in e.get("lifted", []) for e in events if e["event"] == "resume.requeue_hold"
         )
-        return w.row(lifted)
+        failed = [e["ts"] for e in events if e["event"] == "resume.failed"]
+        return w.row(lifted, failed[0] if failed else None)
 
     def spot(self, trap: bool = True) -> dict[str, Any]:
         lab = self.lab
@@ -282,11 +268,14 @@ class Bench:
 
         w.until_requeued(60, cycle_once)
         w.until_running(240)
-        lifted = any(
-            e["event"] == "action.executed" and e.get("kind") == "lift-hold"
-            for e in _audit(g_audit)[n_audit:]
-        )
-        return w.row(lifted)
+        events = [e for e in _audit(g_audit)[n_audit:] if e["event"] == "action.executed"]
+        lifted = any(e.get("kind") == "lift-hold" for e in events)
+        requeued = [
+            datetime.fromisoformat(e["ts"]).timestamp()
+            for e in events
+            if e.get("kind") == "requeue"
+        ]
+        return w.row(lifted, requeued[0] if requeued else None)
 
     def spot_ended(self) -> dict[str, Any]:
         return self.spot(trap=False)

@@ -259,8 +259,16 @@ class Slurm:
         requeue_hold.lift(self.sc.run, job)
         return f"scontrol update jobid={job} StartTime=now"
 
-    def power_down(self, node: str) -> str:
+    def power_down(self, node: str, down_reason: str | None = None) -> str:
+        """Forced power-down; with ``down_reason`` (the instance is gone) the node is set DOWN
+        first: slurmctld then ends at once what the lost slurmd can no longer end (a requeued
+        job's old run stays COMPLETING until the node is DOWN, which 22.05 does by itself only
+        after SlurmdTimeout), and the forced power-down still brings it back ``idle~``."""
+        if down_reason is not None:
+            self.sc.run("update", f"nodename={node}", "state=down", f"reason={down_reason}")
         self.sc.run("update", f"nodename={node}", "state=power_down_force")
+        if down_reason is not None:
+            return "scontrol update state=down, state=power_down_force"
         return "scontrol update state=power_down_force"
 
     def undrain(self, node: str) -> str:
@@ -594,11 +602,15 @@ def _lift_holds(
         clock=lambda: clock.now().timestamp(), now=lambda: clock.now().timestamp(),
     )  # fmt: skip
     settled = not found.waiting
-    for job, view in found.held.items():
+    # a job Slurm requeued without a hold (22.05, its node lost under it) is "eligible" but
+    # waits for the scheduler's next periodic pass (up to a minute on 22.05): the same update
+    # makes slurmctld schedule at once (any job update queues the scheduler)
+    eligible = [j for j, st in found.other.items() if st == "eligible"]
+    for job in [*found.held, *eligible]:
         done = _act(
-            ctx, f"spot-lift:{iid}:{job}:{view.restarts}", rec["node"], "lift-hold",
+            ctx, f"spot-lift:{iid}:{job}:{before[job]}", rec["node"], "lift-hold",
             reason=f"spot {rec['kind']} of {iid}: job {job} requeued off {rec['node']}, which "
-            "is powered down: its requeue hold lifted, so it starts now elsewhere",
+            "is powered down: eligible now (its requeue hold lifted), so it starts elsewhere",
             call=lambda job=job: slurm.lift_hold(job),  # type: ignore[misc]
         )  # fmt: skip
         if done in ("done", "recorded"):
@@ -675,7 +687,9 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
             done = _act(
                 ctx, f"spot-power-down:{iid}", node, "power-down",
                 reason=f"spot {rec['kind']} of {iid}: node powered down, its instance ended",
-                call=lambda node=node: slurm.power_down(node),  # type: ignore[misc]
+                call=lambda node=node, why=(  # type: ignore[misc]
+                    f"{REASON_PREFIX}{rec['kind']} {iid}: instance gone" if gone else None
+                ): slurm.power_down(node, why),
             )  # fmt: skip
             if done in ("done", "recorded"):
                 rec["powered_down"] = True
