@@ -437,6 +437,15 @@ def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
     assert "its instance is gone" in next(
         c[3] for c in world.slurm.writes() if c[1:3] == ["update", "jobid=7"]
     )
+    # the node is set DOWN before its forced power-down (Slurm ends the lost run at once),
+    # then job 7's requeue hold is lifted; job 8 is not this rule's
+    node_writes = [c[3:] for c in world.slurm.writes() if c[1:3] == ["update", "nodename=sp-1"]]
+    assert node_writes == [
+        ["state=down", f"reason={REASON_PREFIX}interruption {iid}: instance gone"],
+        ["state=power_down_force"],
+    ]
+    lifts = [c[2] for c in world.slurm.writes() if c[3:] == ["StartTime=now"]]
+    assert lifts == ["jobid=7"]
 
 
 def test_a_node_booted_again_is_never_touched_for_the_old_instance(world: World) -> None:
