@@ -138,7 +138,8 @@ class Watch:
                 self.eligible = v.eligible or self.eligible
             elif self.allocated is None:
                 self.allocated = time.time()
-            if states & RAN:
+            # 23.02+ list a job whose cloud node is still booting RUNNING, CONFIGURING
+            if states & RAN and "CONFIGURING" not in states:
                 self.running = time.time()
                 self.node = self.lab.slurm.job_state(self.job)[1]
                 return

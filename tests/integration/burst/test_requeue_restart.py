@@ -60,7 +60,8 @@ def _view(lab: BurstLab, job: str) -> requeue_hold.JobView | None:
 
 def _ran(lab: BurstLab, job: str) -> bool:
     v = _view(lab, job)
-    return v is not None and bool(v.states & {"RUNNING", "COMPLETING", "COMPLETED"})
+    ran = v is not None and bool(v.states & {"RUNNING", "COMPLETING", "COMPLETED"})
+    return ran and v is not None and "CONFIGURING" not in v.states  # 23.02+: a flag
 
 
 def _done(lab: BurstLab, job: str) -> bool:
