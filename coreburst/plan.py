@@ -387,7 +387,12 @@ def _burst_rows(b: Burst) -> list[tuple[str, ...]]:
             (
                 p.cluster,
                 p.partition,
-                f"{p.nodes} x {p.instance_type} {p.market}",
+                f"{p.nodes} x {p.instance_type} {p.market}"
+                + (
+                    f" (priced as {p.priced_type}, the dearest type it may launch)"
+                    if p.priced_type not in (None, p.instance_type)
+                    else ""
+                ),
                 f"{p.usd_per_node_hour:,.3f}",
                 _usd(p.usd_per_hour_all_nodes),
                 p.max_time,
@@ -436,6 +441,7 @@ def _burst_json(b: Burst) -> dict[str, Any]:
                 "cluster": p.cluster,
                 "partition": p.partition,
                 "instanceType": p.instance_type,
+                "pricedAs": p.priced_type or p.instance_type,
                 "market": p.market,
                 "nodes": p.nodes,
                 "usdPerNodeHour": round(p.usd_per_node_hour, 4),

@@ -3,6 +3,7 @@
 $ python -m guardrails check-config guardrails/examples/guardrails.yaml
 $ python -m guardrails once --config guardrails/examples/guardrails.yaml
 $ python -m guardrails explain i-0123456789abcdef0 --config guardrails.yaml
+$ python -m guardrails check --config guardrails.yaml   (preflight against the account)
 $ coreburst guardrails demo   (the sandbox demo; dev setup)
 """
 
@@ -377,6 +378,33 @@ def check_config(
         f"ok: {path}: regions {', '.join(cfg.regions)}; {len(cfg.spend.scopes)} spend scope(s); "
         f"rules {', '.join(cfg.rules) if cfg.rules is not None else 'all'}; {_mode(cfg)}"
     )
+
+
+@app.command()
+def check(
+    config: ConfigOpt = None,
+    fmt: Annotated[str, typer.Option("--format", help="text (one line a check) or json.")] = "text",
+    strict: Annotated[
+        bool, typer.Option(help="Exit 1 on ? (a question the credentials may not ask) too.")
+    ] = False,
+) -> None:
+    """Preflight with the daemon's config and credentials, read-only: the idle rule's
+    CloudWatch metric is published, the spot-interruption queue and its EventBridge rules
+    exist; one line a check (✔ ✘ ?) with the fix; exit 1 on ✘ (and on ? with --strict).
+
+    $ coreburst guardrails check --config guardrails.yaml"""
+    if fmt not in ("text", "json"):
+        raise fail(f"--format {fmt!r}: use text or json")
+    cfg = load_checked(config)
+    from guardrails.check import run_checks
+    from guardrails.preflight import exit_code, render_json, render_text
+
+    results = run_checks(cfg)
+    if fmt == "json":
+        typer.echo(render_json(results, strict=strict), nl=False)
+    else:
+        typer.echo(render_text(results), nl=False)
+    raise typer.Exit(exit_code(results, strict))
 
 
 @app.command()

@@ -110,33 +110,53 @@ def kill_switch_engaged(value: str | None) -> bool:
 
 
 class AwsConfig(StrictModel):
-    # Point at a moto server (http://127.0.0.1:PORT) for demos and tests.
+    """``aws``: endpoint, deadlines and retries of every AWS call the daemon makes."""
+
     endpoint_url: str | None = None
+    """Point at a moto server (http://127.0.0.1:PORT) for demos and tests."""
     connect_timeout_s: float = Field(default=3.0, gt=0)
+    """Deadline to open a connection to an AWS endpoint."""
     read_timeout_s: float = Field(default=30.0, gt=0)
+    """Deadline for an AWS answer, per request."""
     max_attempts: int = Field(default=3, ge=1, le=10)
+    """Attempts per AWS call, the first included (botocore's standard retry mode)."""
 
 
 class SafetyConfig(StrictModel):
+    """``safety``: the per-cycle action cap, the circuit breaker and the kill switch."""
+
     max_actions_per_cycle: int = Field(default=5, ge=0)
+    """At most this many actions (stop, terminate, scale, tag) in one cycle; the rest wait for the
+    next."""
     breaker_failures: int = Field(default=3, ge=1)
+    """After this many failed actions in a row the daemon stops acting (observing goes on)."""
     breaker_reset: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
+    """How long the open breaker keeps the daemon from acting."""
     kill_switch_file: Path | None = Path("/etc/coreburst/guardrails.stop")
+    """While this file exists the daemon acts on nothing (none: no file switch)."""
     kill_switch_env: str = "COREBURST_KILL_SWITCH"
+    """The environment variable that engages the kill switch when set to anything but an explicit
+    false (0, false, no, off)."""
 
 
 class SlackConfig(StrictModel):
-    # The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML.
+    """``slack``: the webhook, cooldown and retries of the alert outbox."""
+
     webhook_url_file: Path | None = None
+    """The URL itself comes from COREBURST_SLACK_WEBHOOK_URL or this file, never from YAML."""
     cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
+    """The same alert is not sent again within this long."""
     max_attempts: int = Field(default=50, ge=1)
+    """Sends of one message before it is given up (kept in the outbox as failed)."""
     backoff_base: Annotated[timedelta, Between("1s", "1h")] = timedelta(seconds=5)
+    """The first retry's delay; it doubles per attempt."""
     backoff_max: Annotated[timedelta, Between("1s", "1d")] = timedelta(minutes=10)
-    # Per request; fractions honoured (0.5 = half a second).
+    """The longest delay between retries (Retry-After included)."""
     timeout_s: float = Field(default=10.0, gt=0)
-    # All of one cycle's sends together: a slow or hanging Slack never holds up observing and
-    # acting for longer than this. What is not sent stays due for the next cycle.
+    """Per request; fractions honoured (0.5 = half a second)."""
     cycle_budget_s: float = Field(default=20.0, gt=0)
+    """All of one cycle's sends together: a slow or hanging Slack never holds up observing and
+    acting for longer than this. What is not sent stays due for the next cycle."""
 
     @model_validator(mode="after")
     def _backoff_order(self) -> SlackConfig:
@@ -149,20 +169,28 @@ class SlackConfig(StrictModel):
 
 
 class StateConfig(StrictModel):
+    """``state``: the state store (SQLite here, DynamoDB when deployed) and the audit log."""
+
     path: Path = Path(".coreburst/guardrails.sqlite")
+    """The SQLite state file (COREBURST_STATE_PATH also sets it)."""
     audit_log: Path = Path(".coreburst/guardrails-audit.jsonl")
-    # Spend and egress snapshots older than this are deleted (hourly); must cover the egress
-    # baseline.
+    """Every decision and action, appended as JSON lines."""
     snapshot_retention: Annotated[timedelta, Between("1d", "400d")] = timedelta(days=35)
+    """Spend and egress snapshots older than this are deleted (hourly); must cover the egress
+    baseline."""
 
 
 class MetricsEndpointConfig(StrictModel):
+    """``metrics_endpoint``: where the daemon serves its Prometheus metrics."""
+
     enabled: bool = True
+    """Serve the metrics."""
     port: int = Field(default=9108, ge=0, le=65535)
-    # Loopback outside a container, so a host's metrics are not on its network by accident;
-    # the container image sets COREBURST_METRICS_ENDPOINT__ADDRESS=0.0.0.0, because a
-    # published port reaches only what listens beyond the container's own loopback.
+    """The TCP port (0: any free port)."""
     address: IPvAnyAddress = IPv4Address("127.0.0.1")
+    """Loopback outside a container, so a host's metrics are not on its network by accident; the
+    container image sets COREBURST_METRICS_ENDPOINT__ADDRESS=0.0.0.0, because a published port
+    reaches only what listens beyond the container's own loopback."""
 
 
 def _account_id(value: Any) -> Any:
@@ -180,13 +208,15 @@ class OrgConfig(StrictModel):
     """Accounts for `coreburst guardrails org-scan` (read-only: it assumes ``role_name`` in
     each and reports; nothing is tagged, stopped or alerted there)."""
 
-    # The role each member account has for the scanner (trusting the scanning account).
     role_name: str = Field(default="coreburst-guardrails", pattern=r"^[\w+=,.@-]{1,64}$")
+    """The role each member account has for the scanner (trusting the scanning account)."""
     accounts: list[AccountId] = []
-    # Also list the organization's active accounts (organizations:ListAccounts; run from the
-    # management account or a delegated administrator).
+    """Member account ids (12 digits; quote one with a leading zero)."""
     discover: bool = False
+    """Also list the organization's active accounts (organizations:ListAccounts; run from the
+    management account or a delegated administrator)."""
     max_concurrency: int = Field(default=8, ge=1, le=64)
+    """Accounts scanned at once."""
 
     @model_validator(mode="after")
     def _some_accounts(self) -> OrgConfig:
@@ -249,30 +279,41 @@ class GuardrailsConfig(BaseSettings):
     (``p: SpendConfig = cfg.spend``)."""
 
     model_config = SettingsConfigDict(
-        env_prefix="COREBURST_", env_nested_delimiter="__", extra="forbid", frozen=True
+        env_prefix="COREBURST_",
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
     regions: list[AwsRegion] = Field(default=["us-east-1"], min_length=1)
+    """The AWS regions the daemon watches (botocore's region names)."""
     instance_types: list[str] | None = None  # None = every accelerated type in the catalog
-    # Between cycles; each cycle makes AWS API calls, so not less than 10 s.
+    """The instance types watched; none = every accelerated type in the catalog."""
     interval: Annotated[timedelta, Between("10s", "1d")] = timedelta(seconds=60)
-    # True unless written down as false: an empty or partial config never acts.
+    """Between cycles; each cycle makes AWS API calls, so not less than 10 s."""
     dry_run: bool = True
+    """True unless written down as false: an empty or partial config never acts."""
     aws: AwsConfig = AwsConfig()
+    """How the daemon calls AWS."""
     safety: SafetyConfig = SafetyConfig()
+    """What stops the daemon from acting: caps, breaker and kill switch."""
     slack: SlackConfig = SlackConfig()
+    """Alerts to Slack through the durable outbox."""
     state: StateConfig = StateConfig()
+    """Where the daemon keeps its state and audit log."""
     metrics_endpoint: MetricsEndpointConfig = MetricsEndpointConfig()
-    # Which registered rules run (guardrails.rules); None = all of them. The stack passes the
-    # same list it grants IAM permissions for, so an omitted rule neither runs nor fails.
-    # ``inventory`` always runs: every rule works on what it finds. ``assemble`` checks the
-    # names against the registered rules.
+    """The Prometheus metrics endpoint."""
     rules: list[str] | None = None
+    """Which registered rules run (guardrails.rules); None = all of them. The stack passes the same
+    list it grants IAM permissions for, so an omitted rule neither runs nor fails. ``inventory``
+    always runs: every rule works on what it finds. ``assemble`` checks the names against the
+    registered rules."""
     org: OrgConfig | None = None
 
-    # Checks across sections that the registered rules declare (``Rule.validators``), run in
-    # registry order after every field is valid; set by ``assemble``.
     rule_validators: ClassVar[tuple[Callable[[Any], None], ...]] = ()
+    """Checks across sections that the registered rules declare (``Rule.validators``), run in
+    registry order after every field is valid; set by ``assemble``."""
 
     if TYPE_CHECKING:
         # A rule's section (``cfg.idle``, ``cfg.spend``): a field ``assemble`` adds.
@@ -354,7 +395,7 @@ def assemble(rules: Iterable[RuleSections]) -> type[GuardrailsConfig]:
     known = tuple(names)
     fields["rules"] = (
         Annotated[list[str] | None, AfterValidator(functools.partial(_known_rules, known))],
-        None,
+        Field(default=None, description=GuardrailsConfig.model_fields["rules"].description),
     )
     model = create_model(
         "GuardrailsConfig", __base__=GuardrailsConfig, __module__=__name__, **fields

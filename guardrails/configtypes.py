@@ -115,7 +115,8 @@ class StrictModel(BaseModel):
     """A config section: unknown keys are refused (a typo is an error, not a default), and a
     parsed section is frozen."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # A field's docstring is its description (docs/reference/config.md is generated from them).
+    model_config = ConfigDict(extra="forbid", frozen=True, use_attribute_docstrings=True)
 
 
 AwsRegion = Annotated[str, AfterValidator(aws_region)]

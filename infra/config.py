@@ -165,14 +165,24 @@ class _Model(BaseModel):
         populate_by_name=True,
         frozen=True,
         allow_inf_nan=False,
+        # Each field's docstring is its description: docs/reference/config.md is generated
+        # from them (python -m coreburst.docs_keys).
+        use_attribute_docstrings=True,
     )
 
 
 class CostTags(_Model):
+    """``coreburst:tags``: the cost allocation tags put on every resource (cost-center, team,
+    project, environment)."""
+
     team: str = Field(min_length=1)
+    """The team that owns the stack (tag team)."""
     project: str = Field(min_length=1)
+    """The project it serves (tag project)."""
     cost_center: str = Field(min_length=1)
+    """The cost center billed (tag cost-center)."""
     environment: Literal["dev", "staging", "prod"]
+    """The environment (tag environment)."""
 
     def as_aws_tags(self) -> dict[str, str]:
         return {
@@ -184,13 +194,19 @@ class CostTags(_Model):
 
 
 class Capacity(_Model):
+    """How a cluster's instances are bought: on-demand, spot, an On-Demand Capacity Reservation or a
+    Capacity Block."""
+
     model: Literal["on-demand", "spot", "capacity-reservation", "capacity-block"]
+    """The capacity model; capacity-reservation and capacity-block need reservationId."""
     reservation_id: str | None = None
-    # The AZ the reservation/block lives in, when the config states it: it must match the
-    # cluster's AZ, or every launch fails.
+    """The capacity reservation's id (cr- and 8-17 hex digits), for capacity-reservation and
+    capacity-block only."""
     availability_zone: str | None = None
-    # Capacity Blocks hold at most 64 instances; a reservation's size is given here when known.
+    """The AZ the reservation/block lives in, when the config states it: it must match the cluster's
+    AZ, or every launch fails."""
     reserved_count: int | None = Field(default=None, gt=0)
+    """Capacity Blocks hold at most 64 instances; a reservation's size is given here when known."""
 
     @model_validator(mode="after")
     def _reservation_id(self) -> Capacity:
@@ -216,27 +232,40 @@ class Capacity(_Model):
 
 
 class Cluster(_Model):
+    """One cluster: its instance type, how many nodes and the capacity they run on."""
+
     name: Annotated[str, Field(pattern=r"^[a-z][a-z0-9-]{0,30}$")]
+    """The cluster's name: resource names, the Slurm pool and node names (<name>-<n>)."""
     instance_type: str
+    """An instance type of the catalog (coreburst/common/data/catalog.yaml)."""
     nodes: int = Field(ge=0, le=1000)
+    """How many instances the cluster runs (on a burst stack: how many Slurm cloud nodes it
+    declares)."""
     capacity: Capacity
-    # Types the burst resume program may launch instead, in order, when EC2 has no capacity
-    # for ``instanceType`` (CreateFleet Overrides). Same accelerator and count, so one Slurm
-    # node definition fits all (check_against_catalog); e.g. p5.48xlarge -> p5e, p5en.
+    """Where the instances' capacity comes from."""
     fallback_instance_types: list[str] = []
-    # Availability Zones the cluster may launch in, in order (None: the stack's zone). Each
-    # other zone needs a subnet in vpc.extraZones. A multi-node job stays in one zone.
+    """Types the burst resume program may launch instead, in order, when EC2 has no capacity for
+    ``instanceType`` (CreateFleet Overrides). Same accelerator and count, so one Slurm node
+    definition fits all (check_against_catalog); e.g. p5.48xlarge -> p5e, p5en."""
     zones: list[str] | None = None
-    # None = decide from the capacity model (yes for self-bought capacity, never otherwise).
+    """Availability Zones the cluster may launch in, in order (None: the stack's zone). Each other
+    zone needs a subnet in vpc.extraZones. A multi-node job stays in one zone."""
     placement_group: bool | None = None
+    """None = decide from the capacity model (yes for self-bought capacity, never otherwise)."""
     efa: bool = True
+    """Attach EFA interfaces (the instance type's layout from the catalog); needs an EFA-capable
+    type."""
     ami_ssm_parameter: str | None = None
+    """The SSM parameter holding the AMI id (default: the catalog's parameter for the accelerator
+    kind, the AWS Deep Learning AMI)."""
     root_volume_gib: int = Field(default=512, ge=100, le=16_384)
+    """The gp3 root volume of each instance."""
     ssm_access: bool = True
-    # perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series
-    # (for `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by
-    # default only the per-instance rollup the guardrails decide from (coreburst plan prices it).
+    """Attach AmazonSSMManagedInstanceCore to the node role (Session Manager, no SSH)."""
     per_device_metrics: bool = False
+    """perDeviceMetrics: nodes also publish every GPU's / NeuronCore's own utilization series (for
+    `coreburst guardrails explain`), 8 more custom metrics per p5 and 64 per trn2; by default
+    only the per-instance rollup the guardrails decide from (coreburst plan prices it)."""
 
     @model_validator(mode="after")
     def _placement(self) -> Cluster:
@@ -284,8 +313,13 @@ class Cluster(_Model):
 
 
 class Metadata(_Model):
+    """``coreburst:lustre.metadata``: how Metadata IOPS are provisioned."""
+
     mode: Literal["AUTOMATIC", "USER_PROVISIONED"] = "AUTOMATIC"
+    """AUTOMATIC sizes Metadata IOPS from the storage capacity; USER_PROVISIONED uses iops."""
     iops: int | None = None
+    """USER_PROVISIONED only: 1500, 3000, 6000, 12000 or a multiple of 12000 up to 192000, not below
+    what AUTOMATIC would give."""
 
     @model_validator(mode="after")
     def _iops(self) -> Metadata:
@@ -307,11 +341,17 @@ class Metadata(_Model):
 
 
 class DataRepositoryAssociation(_Model):
+    """A link between a file system path and an S3 prefix (automatic import, and export when
+    ``export``)."""
+
     file_system_path: Annotated[str, Field(pattern=r"^/[A-Za-z0-9._/-]*$")]
-    # s3://bucket/prefix, or "checkpoints" for the stack's own checkpoint bucket.
+    """The path in the file system (starts with /)."""
     data_repository_path: str
+    """s3://bucket/prefix, or "checkpoints" for the stack's own checkpoint bucket."""
     events: list[Literal["NEW", "CHANGED", "DELETED"]] = ["NEW", "CHANGED", "DELETED"]
+    """The S3 events imported (and exported when export is true)."""
     export: bool = True
+    """Also export changes from the file system to S3."""
 
     @field_validator("data_repository_path")
     @classmethod
@@ -332,12 +372,23 @@ class DataRepositoryAssociation(_Model):
 
 
 class Lustre(_Model):
+    """``coreburst:lustre``: an FSx for Lustre file system, its throughput, metadata and S3
+    links."""
+
     storage_capacity_gib: int = Field(gt=0)
+    """Storage capacity: 1200 or a multiple of 2400 (an EFA-enabled PERSISTENT_2: a multiple of its
+    tier's increment)."""
     deployment_type: Literal["SCRATCH_2", "PERSISTENT_2"] = "PERSISTENT_2"
+    """SCRATCH_2 (no replication) or PERSISTENT_2."""
     per_unit_storage_throughput: int | None = None
+    """PERSISTENT_2 only, and required there: 125, 250, 500 or 1000."""
     efa_enabled: bool = False
+    """PERSISTENT_2 only: clients reach the file system over EFA (EFA-capable clusters mount it
+    so)."""
     metadata: Metadata | None = None
+    """PERSISTENT_2 only: the metadata configuration (default: AUTOMATIC)."""
     data_repository_associations: list[DataRepositoryAssociation] = []
+    """PERSISTENT_2 only: S3 links (at most 8, one per bucket, paths not nested)."""
 
     @model_validator(mode="after")
     def _rules(self) -> Lustre:
@@ -402,22 +453,38 @@ class Lustre(_Model):
 
 
 class DxConnection(_Model):
+    """One dedicated Direct Connect connection."""
+
     location: str = Field(min_length=3)
+    """The Direct Connect location code (e.g. EqDC2)."""
     bandwidth: Literal["1Gbps", "10Gbps", "100Gbps", "400Gbps"]
+    """The connection's port speed."""
     vlan: int = Field(ge=1, le=4094)
+    """The virtual interface's VLAN on this connection."""
 
 
 class HybridLink(_Model):
+    """``coreburst:hybridLink``: Direct Connect connections, a Direct Connect gateway and a private
+    or transit virtual interface per connection, BGP to on-prem."""
+
     connections: list[DxConnection] = Field(min_length=1)
+    """The dedicated connections, one per location (two locations for redundancy)."""
     customer_asn: Annotated[int, AfterValidator(_asn_private_or_public)]
+    """The on-prem router's BGP ASN."""
     amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] = 64_512
+    """The Direct Connect gateway's ASN: 64512-65534 or 4200000000-4294967294."""
     on_prem_prefixes: list[Cidr] = Field(min_length=1)
+    """The on-prem blocks reached over the link (none may overlap vpc.cidr)."""
     vif_type: Literal["private", "transit"] = "private"
+    """private: a virtual private gateway on the VPC; transit: a transit gateway."""
     mtu: int | None = None
+    """The virtual interfaces' MTU: 1500 or 9001 (private), 1500 or 8500 (transit); none: AWS's
+    default 1500."""
     macsec: bool = False
-    # Replacing the gateway association cuts traffic to the data centre: protect it unless
-    # the operator opts out deliberately.
+    """Request MACsec on the connections and require encryption."""
     protect_association: bool = True
+    """Replacing the gateway association cuts traffic to the data centre: protect it unless the
+    operator opts out deliberately."""
 
     @model_validator(mode="after")
     def _rules(self) -> HybridLink:
@@ -472,12 +539,14 @@ class SiteToSiteVpn(_Model):
     guide, "Site-to-Site VPN quotas"): enough for Slurm's control traffic and modest data."""
 
     customer_gateway_ip: Annotated[str, AfterValidator(_gateway_ip)]
-    # CreateCustomerGateway needs an ASN even for static routing; AWS's default is 65000.
+    """The public IPv4 address of the on-prem VPN device."""
     customer_asn: int = Field(default=65_000, ge=1, le=2_147_483_647)
+    """CreateCustomerGateway needs an ASN even for static routing; AWS's default is 65000."""
     amazon_side_asn: Annotated[int, AfterValidator(_amazon_side_asn)] | None = None
-    # The on-prem blocks behind the device: one static route each, in the VPN connection and
-    # in the private route table.
+    """The virtual private gateway's ASN (none: AWS's default)."""
     on_prem_prefixes: list[OnPremCidr] = Field(min_length=1)
+    """The on-prem blocks behind the device: one static route each, in the VPN connection and in the
+    private route table."""
 
     @model_validator(mode="after")
     def _distinct(self) -> SiteToSiteVpn:
@@ -495,19 +564,30 @@ class ZoneSubnet(_Model):
     """A private subnet in another Availability Zone, for clusters that list that zone."""
 
     availability_zone: str
+    """Another zone of the stack's region (not availabilityZone itself)."""
     private_subnet_cidr: VpcCidr
+    """The private subnet's block in that zone, inside vpc.cidr and overlapping no other subnet."""
 
 
 class Vpc(_Model):
+    """``coreburst:vpc``: the stack's VPC, one private subnet (the nodes, the file system) and one
+    public subnet (the NAT gateway) in ``availabilityZone``, plus private subnets in
+    ``extraZones``."""
+
     cidr: VpcCidr = "10.64.0.0/16"
+    """The VPC's IPv4 block, /16 to /28."""
     private_subnet_cidr: VpcCidr = "10.64.0.0/18"
+    """The private subnet in availabilityZone (nodes, file system), inside cidr."""
     public_subnet_cidr: VpcCidr = "10.64.192.0/24"
-    # Private subnets in other zones (burst capacity fallback across zones, Cluster.zones).
+    """The public subnet holding the NAT gateway, inside cidr."""
     extra_zones: list[ZoneSubnet] = []
+    """Private subnets in other zones (burst capacity fallback across zones, Cluster.zones)."""
     nat_gateway: bool = True
-    # SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics
-    # without a NAT path.
+    """A NAT gateway for the private subnets' outbound internet access (package installs, AWS APIs
+    without endpoints)."""
     interface_endpoints: bool = False
+    """SSM and CloudWatch interface endpoints, so nodes are reachable and report metrics without a
+    NAT path."""
 
     @model_validator(mode="after")
     def _inside(self) -> Vpc:
@@ -536,25 +616,39 @@ class Vpc(_Model):
 
 
 class Budget(_Model):
+    """``coreburst:budget``: a monthly AWS Budget filtered by the stack's cost tags, with
+    actual-spend alerts and a forecast alert."""
+
     monthly_usd: float = Field(gt=0)
+    """The monthly budget."""
     thresholds_percent: list[Annotated[float, Field(gt=0, le=1000)]] = [50, 80, 100]
+    """Actual-spend alerts at these percentages of monthlyUsd (an SNS topic and notifyEmails)."""
     notify_emails: list[Annotated[str, Field(pattern=r"^[^@\s]+@[^@\s]+$")]] = []
+    """Addresses AWS Budgets emails at each threshold (besides the SNS topic)."""
 
 
 class CheckpointStore(_Model):
+    """``coreburst:checkpoints``: the stack's versioned S3 bucket for checkpoints."""
+
     noncurrent_version_days: int = Field(default=30, ge=1)
+    """Delete a checkpoint's older versions this many days after a newer one replaced them."""
     expire_after_days: int | None = Field(default=None, ge=1)
+    """Delete checkpoints this many days after they were written (none: keep them)."""
 
 
 class GuardrailsDeploy(_Model):
     """The guardrail daemon deployed into the stack as a scheduled Lambda."""
 
     enabled: bool = False
+    """Deploy the daemon (a Lambda run on schedule; its role gets exactly the rules'
+    permissions)."""
     schedule: str = Field(default="rate(1 minute)", pattern=r"^(rate|cron)\(.+\)$")
-    # Rules the deployed daemon runs and its role gets permissions for (one list for both);
-    # None = every registered rule. ``inventory`` is always included.
+    """How often the Lambda runs: an EventBridge Scheduler rate() or cron() expression."""
     rules: list[str] | None = None
+    """Rules the deployed daemon runs and its role gets permissions for (one list for both); None =
+    every registered rule. ``inventory`` is always included."""
     dry_run: bool = True
+    """The deployed daemon only reports what it would do."""
 
 
 def _conf_server(value: str) -> str:
@@ -593,27 +687,31 @@ class BurstNode(_Model):
     hybrid link. The munge key comes from Secrets Manager (SecretBinary), the Slurm
     configuration from SSM Parameter Store, the node name from the instance's tag."""
 
-    # configless: slurmd fetches slurm.conf, gres.conf, ... from slurmctld (slurmd
-    # --conf-server; the controller's SlurmctldParameters needs enable_configless).
-    # file: the parameter holds the whole slurm.conf (standard parameters hold 4 KB,
-    # advanced 8 KB; configless has no such limit).
     conf_mode: Literal["configless", "file"] = "configless"
-    # configless: the stack declares a String parameter with this value.
+    """configless: slurmd fetches slurm.conf, gres.conf, ... from slurmctld (slurmd --conf-server;
+    the controller's SlurmctldParameters needs enable_configless). file: the parameter holds the
+    whole slurm.conf (standard parameters hold 4 KB, advanced 8 KB; configless has no such
+    limit)."""
     conf_server: Annotated[str, AfterValidator(_conf_server)] | None = None
-    # An existing parameter instead (its value: the conf server, or slurm.conf in file mode).
+    """configless: the stack declares a String parameter with this value."""
     slurm_conf_parameter_arn: Annotated[str, _arn("ssm", "parameter/")] | None = None
-    # An existing secret with the munge key; None: the stack declares an empty one (put the
-    # key with `aws secretsmanager put-secret-value --secret-binary fileb:///etc/munge/munge.key`).
+    """An existing parameter instead (its value: the conf server, or slurm.conf in file mode)."""
     munge_key_secret_arn: Annotated[str, _arn("secretsmanager", "secret:")] | None = None
-    # The resume program tags an instance after CreateFleet returns: wait this long for it.
+    """An existing secret with the munge key; None: the stack declares an empty one (put the key
+    with `aws secretsmanager put-secret-value --secret-binary fileb:///etc/munge/munge.key`)."""
     tag_wait_seconds: int = Field(default=600, ge=10, le=3600)
-    # The health gate (coreburst/burst/node_check.py): slurmd starts only after `coreburst burst
-    # node-check --gate` passed on the instance (GPUs, DCGM, EFA against the catalog). The
-    # image must carry coreburst (and nvidia-smi, dcgmi, fi_info); false skips the gate.
+    """The resume program tags an instance after CreateFleet returns: wait this long for it."""
     health_gate: bool = True
-    # Install slurmd and munge with apt-get when the image has none (the packaged Slurm must
-    # be within the controller's supported versions; bake them into the AMI to pin one).
+    """The health gate (coreburst/burst/node_gate.py, written into the user data, run by the
+    image's python3): slurmd starts only after the node's GPUs (nvidia-smi) and EFA devices
+    (fi_info) match the catalog. NVIDIA clusters only; false skips the gate."""
+    health_gate_dcgm: bool = False
+    """Also run `dcgmi diag -r 1 -j` in the gate. Off by default: the default image carries DCGM
+    4, whose JSON layout the gate does not read (it reads DCGM 3's, and fails the node on any
+    other); turn on with an image that carries DCGM 3."""
     install_packages: bool = True
+    """Install slurmd and munge with apt-get when the image has none (the packaged Slurm must be
+    within the controller's supported versions; bake them into the AMI to pin one)."""
 
     @model_validator(mode="after")
     def _source(self) -> BurstNode:
@@ -638,12 +736,12 @@ class OnPrem(_Model):
     hybrid link. The burst nodes' security group opens Slurm's ports to these blocks and no
     others (docs/burst.md lists each flow)."""
 
-    # The slurmctld hosts, primary and backup: slurmctld connects to slurmd and to an srun on a
-    # burst node; slurmd, slurmstepd and srun on a burst node connect to slurmctld.
     controller_cidrs: list[OnPremCidr] = Field(min_length=1)
-    # The hosts where users run srun or salloc for burst jobs (login nodes, core nodes): srun
-    # connects to slurmd on the burst nodes, their slurmstepd connects back to srun's ports.
+    """The slurmctld hosts, primary and backup: slurmctld connects to slurmd and to an srun on a
+    burst node; slurmd, slurmstepd and srun on a burst node connect to slurmctld."""
     core_cidrs: list[OnPremCidr] = []
+    """The hosts where users run srun or salloc for burst jobs (login nodes, core nodes): srun
+    connects to slurmd on the burst nodes, their slurmstepd connects back to srun's ports."""
 
     @model_validator(mode="after")
     def _distinct(self) -> OnPrem:
@@ -665,21 +763,21 @@ class SlurmNetwork(_Model):
     that are open. ``coreburst:burst`` holds them; infra reads them through :class:`BurstSection`,
     coreburst/burst/config.py through ``BurstSettings`` (both subclass this)."""
 
-    # How a burst node joins this controller (the user data reads it).
     node: BurstNode | None = None
+    """How a burst node joins this controller (the user data reads it)."""
     on_prem: OnPrem | None = None
-    # Rendered as SrunPortRange=: the ports srun listens on, on every host that runs it.
     srun_port_range: Annotated[str, AfterValidator(_srun_port_range)] = SRUN_PORT_RANGE
-    # The port slurmd on a burst node listens on. Slurm's default; set the site's SlurmdPort
-    # here if it has another (the fragment then gives each burst node Port=<it>).
+    """Rendered as SrunPortRange=: the ports srun listens on, on every host that runs it."""
     slurmd_port: int = Field(default=SLURMD_PORT, ge=1024, le=65535)
-    # Only for several slurmd on one machine (a lab): one Port= per cloud node from here.
+    """The port slurmd on a burst node listens on. Slurm's default; set the site's SlurmdPort here
+    if it has another (the fragment then gives each burst node Port=<it>)."""
     slurmd_port_base: int | None = Field(default=None, ge=1024, le=65000)
-    # The site's SlurmctldPort (a port or LOW-HIGH); default: the ports node.confServer names
-    # (6817 where it names none).
+    """Only for several slurmd on one machine (a lab): one Port= per cloud node from here."""
     slurmctld_port: (
         Annotated[str, BeforeValidator(_int_as_text), AfterValidator(_port_or_range)] | None
     ) = None
+    """The site's SlurmctldPort (a port or LOW-HIGH); default: the ports node.confServer names (6817
+    where it names none)."""
 
     @model_validator(mode="after")
     def _ports(self) -> SlurmNetwork:
@@ -763,10 +861,13 @@ class BurstSection(SlurmNetwork):
         populate_by_name=True,
         frozen=True,
         allow_inf_nan=False,
+        # Each field's docstring is its description: docs/reference/config.md is generated
+        # from them (python -m coreburst.docs_keys).
+        use_attribute_docstrings=True,
     )
 
-    # Instance tag holding the Slurm node name (the resume program sets it).
     node_tag_key: Annotated[str, Field(pattern=r"^[A-Za-z0-9+\-=._:@]{1,128}$")] = NODE_TAG_KEY
+    """Instance tag holding the Slurm node name (the resume program sets it)."""
 
     @model_validator(mode="after")
     def _node(self) -> BurstSection:
@@ -787,20 +888,29 @@ class BurstSection(SlurmNetwork):
 class StackConfig(_Model):
     region: Annotated[str, AfterValidator(aws_region)]
     availability_zone: str
+    """The Availability Zone of the private subnet, the clusters and the file system: the region's
+    name plus one letter."""
     vpc: Vpc = Vpc()
     clusters: list[Cluster] = Field(min_length=1)
+    """The GPU/accelerator clusters: each one an Auto Scaling group and launch template (on a burst
+    stack, a pool of Slurm cloud nodes)."""
     lustre: Lustre | None = None
+    """An FSx for Lustre file system in availabilityZone (none: no shared file system)."""
     hybrid_link: HybridLink | None = None
-    # The smaller hybrid link: a Site-to-Site VPN with static routes (one of the two, not both).
+    """A Direct Connect link to on-prem (one of hybridLink and vpn, not both)."""
     vpn: SiteToSiteVpn | None = None
+    """The smaller hybrid link: a Site-to-Site VPN with static routes (one of the two, not both)."""
     tags: CostTags
+    """The cost allocation tags every resource carries."""
     budget: Budget
+    """The stack's AWS Budget and its alerts."""
     checkpoints: CheckpointStore = CheckpointStore()
+    """The checkpoint bucket's lifecycle."""
     guardrails: GuardrailsDeploy = GuardrailsDeploy()
-    # `coreburst:burst`: how the on-prem Slurm reaches the burst nodes (coreburst/burst/config.py)
-    # and
-    # how a burst node joins it (`node`: user data, its secret, parameter and IAM grants).
+    """The guardrails daemon deployed into the stack as a scheduled Lambda."""
     burst: BurstSection | None = None
+    """`coreburst:burst`: how the on-prem Slurm reaches the burst nodes (coreburst/burst/config.py)
+    and how a burst node joins it (`node`: user data, its secret, parameter and IAM grants)."""
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
@@ -907,6 +1017,87 @@ class StackConfig(_Model):
 
     def check_against_catalog(self, catalog: Catalog) -> None:
         """Rules that need instance facts; raises StackConfigError."""
+        self._check_instances(catalog)
+        self._check_burst_boot(catalog)
+        self._check_user_data(catalog)
+
+    def _check_burst_boot(self, catalog: Catalog) -> None:
+        """A burst node must be able to run its user data: refuse what cannot (docs/burst.md,
+        "How a burst node boots")."""
+        node = self.burst.node if self.burst is not None else None
+        if node is None:
+            return
+        for i, c in enumerate(self.clusters):
+            acc = catalog.instances[c.instance_type].accelerator
+            default_image = c.ami_ssm_parameter is None
+            if node.health_gate and acc.kind != "nvidia":
+                raise StackConfigError(
+                    f"burst.node.healthGate: clusters[{i}] ({c.instance_type}) has {acc.model} "
+                    f"({acc.kind}) accelerators and the gate checks NVIDIA GPUs only; set "
+                    "healthGate: false or make it an NVIDIA cluster"
+                )
+            if not node.install_packages and default_image:
+                raise StackConfigError(
+                    f"burst.node.installPackages: false, but clusters[{i}] boots the default "
+                    "image (Deep Learning Base AMI), which has no slurmd or munge; set "
+                    "installPackages: true or amiSsmParameter to an image that carries them"
+                )
+            if node.health_gate_dcgm and default_image:
+                raise StackConfigError(
+                    f"burst.node.healthGateDcgm: clusters[{i}] boots the default image, whose "
+                    "DCGM 4 prints dcgmi diag JSON the gate does not read (every node would "
+                    "fail); leave healthGateDcgm off or set amiSsmParameter to an image with DCGM 3"
+                )
+        if node.health_gate_dcgm and not node.health_gate:
+            raise StackConfigError(
+                "burst.node.healthGateDcgm: true needs healthGate: true (DCGM runs in the gate)"
+            )
+
+    def _check_user_data(self, catalog: Catalog) -> None:
+        """Every cluster's user data fits EC2's 16 KB, rendered with stand-ins of the length
+        of the ARNs and names the deploy fills in."""
+        from infra.userdata import lustre_efa_client_supported, render_user_data, slurm_join_for
+
+        node = self.burst.node if self.burst is not None else None
+        account = f"{self.region}:123456789012"
+        for i, c in enumerate(self.clusters):
+            kind = catalog.instances[c.instance_type].accelerator.kind
+            join = None
+            if node is not None:
+                join = slurm_join_for(
+                    node,
+                    c,
+                    catalog,
+                    region=self.region,
+                    node_tag_key=self.burst.node_tag_key if self.burst else "",
+                    munge_key_secret_arn=node.munge_key_secret_arn
+                    or f"arn:aws:secretsmanager:{account}:secret:slurm-munge-key-0123456-AbCdEf",
+                    slurm_conf_parameter_arn=node.slurm_conf_parameter_arn
+                    or f"arn:aws:ssm:{account}:parameter/coreburst/stack/slurm/conf-server",
+                )
+            lustre = self.lustre
+            try:
+                render_user_data(
+                    kind,
+                    f"fs-0123456789abcdef0.fsx.{self.region}.amazonaws.com" if lustre else None,
+                    "abcdefgh" if lustre else None,
+                    lustre_efa=bool(lustre and lustre.efa_enabled and c.efa)
+                    and lustre_efa_client_supported(c.instance_type),
+                    slurm_join=join,
+                    per_device_metrics=c.per_device_metrics,
+                )
+            except ValueError as exc:
+                raise StackConfigError(
+                    f"clusters[{i}] ({c.instance_type}): {exc}; "
+                    + (
+                        "a Neuron burst node's publisher and Slurm join do not fit together "
+                        "yet: keep Trainium clusters on a stack without burst"
+                        if kind == "neuron" and join is not None
+                        else "remove what the node need not do at boot"
+                    )
+                ) from None
+
+    def _check_instances(self, catalog: Catalog) -> None:
         for i, c in enumerate(self.clusters):
             key = f"clusters[{i}].instanceType"
             if c.instance_type not in catalog.instances:

@@ -93,3 +93,51 @@ def policy_document(
             }
         )
     return {"Version": "2012-10-17", "Statement": statements}
+
+
+# The stack's queues (infra/components/spot_events.py, infra/components/guardrails.py): Pulumi
+# names each <logical name>-<7 hex digits>, so the ARN ends in a wildcard.
+SPOT_QUEUE = "guardrails-spot-events"
+BUDGET_QUEUE = "guardrails-budget-events"
+
+
+def onprem_policy_document(
+    rule_actions: Mapping[str, Iterable[str]],
+    tag_key: str,
+    tag_value: str,
+    *,
+    region: str = "*",
+    account: str = "*",
+    partition: str = "aws",
+) -> dict[str, Any]:
+    """IAM policy for a guardrails daemon that runs on-prem (on the Slurm controller, where
+    the spot-interruption, burst-reconcile and burst-health rules find scontrol), with an IAM
+    user's or role's credentials. Its state is SQLite and its Slack webhook comes from the
+    environment or a file, so it needs no DynamoDB, Secrets Manager or CloudWatch Logs grant
+    (the Lambda's own resources); it reads the stack's spot events queue (and the budget queue,
+    with budget-relay) and nothing else of SQS. Same rules as :func:`policy_document`: reads on
+    ``*``, writes only on resources tagged ``tag_key=tag_value``.
+
+    >>> doc = onprem_policy_document({"spot-interruption": ["ec2:DescribeInstances",
+    ...     "sqs:ReceiveMessage"]}, "coreburst-stack", "burst", region="us-east-1")
+    >>> [s["Resource"] for s in doc["Statement"]][1]
+    ['arn:aws:sqs:us-east-1:*:guardrails-spot-events-*']
+    """
+    if account != "*" and not (account.isdigit() and len(account) == 12):
+        raise ValueError(f"{account!r} is not a 12-digit AWS account id (or *)")
+
+    def queue(name: str) -> str:
+        return f"arn:{partition}:sqs:{region}:{account}:{name}-*"
+
+    own: dict[str, list[str]] = {}
+    spot = [a for a in rule_actions.get("spot-interruption", ()) if a.startswith("sqs:")]
+    if spot:
+        own[queue(SPOT_QUEUE)] = spot
+    budget = [a for a in rule_actions.get("budget-relay", ()) if a.startswith("sqs:")]
+    if budget:
+        own[queue(BUDGET_QUEUE)] = budget
+    doc = policy_document(rule_actions, tag_key, tag_value, own)
+    for stmt in doc["Statement"]:  # a queue ARN pattern names no sub-resource
+        if isinstance(stmt["Resource"], list) and ":sqs:" in stmt["Resource"][0]:
+            stmt["Resource"] = stmt["Resource"][:1]
+    return doc

@@ -18,10 +18,11 @@ from coreburst.common.names import CLUSTER_TAG_KEY, STACK_TAG_KEY
 from infra.components.budget import Budget, BudgetArgs
 from infra.components.checkpoint_store import CheckpointStore
 from infra.components.gpu_cluster import GpuCluster, GpuClusterArgs, declare_slurm_join
-from infra.components.guardrails import Guardrails, GuardrailsArgs
+from infra.components.guardrails import SPOT_RULE, Guardrails, GuardrailsArgs
 from infra.components.hybrid_link import HybridLink, HybridLinkArgs
 from infra.components.lustre import Lustre, LustreArgs
 from infra.components.network import Network, NetworkArgs
+from infra.components.spot_events import SpotEvents
 from infra.components.vpn_link import VpnLink, VpnLinkArgs
 from infra.config import StackConfig, StackConfigError, parse_stack_config
 from infra.cost import estimate_stack, totals
@@ -142,9 +143,14 @@ def build(
             "vpn", VpnLinkArgs(cfg.vpn, network.vpc.id, network.private_route_table.id), opts=opts
         )
     budget = Budget("budget", BudgetArgs(cfg.budget, STACK_TAG_KEY, stack), opts=opts)
+    # A burst stack's spot interruption warnings reach a queue whether or not the guardrails
+    # Lambda is deployed: the spot-interruption rule runs where scontrol is, on-prem.
+    spot = None
+    if cfg.burst is not None or (cfg.guardrails.enabled and SPOT_RULE in guardrail_rules(cfg)):
+        spot = SpotEvents("guardrails-spot", opts=opts)
     guard = None
     if cfg.guardrails.enabled:
-        guard = _guardrails(cfg, stack, budget, lambda_package, opts)
+        guard = _guardrails(cfg, stack, budget, lambda_package, opts, spot=spot)
 
     hourly, monthly = totals(estimate_stack(cfg, catalog))
     outputs: dict[str, pulumi.Output[Any] | Any] = {
@@ -163,11 +169,12 @@ def build(
     if guard:
         outputs["guardrailsFunction"] = guard.function.name
         outputs["guardrailsWebhookSecretArn"] = guard.secret.arn
-        # What an on-prem guardrails daemon reads (its config's budget_relay.queue_url and
-        # spot_interruption.queue_url): `pulumi stack output guardrailsSpotQueueUrl`.
+        # What an on-prem guardrails daemon reads (its config's budget_relay.queue_url).
         outputs["guardrailsBudgetQueueUrl"] = guard.queue.url
-        if guard.spot_queue is not None:
-            outputs["guardrailsSpotQueueUrl"] = guard.spot_queue.url
+    if spot:
+        # The on-prem daemon's spot_interruption.queue_url: `pulumi stack output
+        # guardrailsSpotQueueUrl` (its IAM policy: .github/iam/onprem-guardrails.json).
+        outputs["guardrailsSpotQueueUrl"] = spot.queue.url
     if join:
         outputs["slurmMungeKeySecretArn"] = join.munge_key_secret_arn
         outputs["slurmConfParameterArn"] = join.slurm_conf_parameter_arn
@@ -206,6 +213,8 @@ def _guardrails(
     budget: Budget,
     lambda_package: Path,
     opts: pulumi.ResourceOptions,
+    *,
+    spot: SpotEvents | None,
 ) -> Guardrails:
     from guardrails.rules import REGISTRY
 
@@ -219,6 +228,7 @@ def _guardrails(
             tag_value=stack,
             budget_topic_arn=budget.topic.arn,
             schedule_expression=cfg.guardrails.schedule,
+            spot_queue=spot.queue if spot else None,
             daemon_config={
                 "regions": [cfg.region],
                 "dry_run": cfg.guardrails.dry_run,

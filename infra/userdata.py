@@ -8,11 +8,16 @@ node that boots without them shows up as *blind*, never as idle.
 
 from __future__ import annotations
 
+import base64
+import gzip
+import hashlib
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Literal
 
+from coreburst.common.catalog import Catalog
 from coreburst.common.names import NODE_TAG_KEY
 from coreburst.common.telemetry import (
     NEURON_FLUSH_INTERVAL_S,
@@ -22,6 +27,7 @@ from coreburst.common.telemetry import (
     AcceleratorKind,
     cloudwatch_agent_config,
 )
+from infra.config import BurstNode, Cluster
 
 # The Neuron publisher: coreburst/common/neuron_report.py, copied onto the node verbatim (stdlib
 # only), so
@@ -160,7 +166,13 @@ def render_user_data(
         lines += ["", *_lustre_mount(lustre_dns, lustre_mount_name, mount_point, lustre_efa)]
     if slurm_join is not None:
         lines += ["", *render_slurm_join(slurm_join)]
-    return "\n".join(lines) + "\n"
+    script = "\n".join(lines) + "\n"
+    if len(script.encode()) > USER_DATA_MAX_BYTES:
+        raise ValueError(
+            f"the node's user data is {len(script.encode())} bytes; EC2 takes at most "
+            f"{USER_DATA_MAX_BYTES} (before base64)"
+        )
+    return script
 
 
 def _lustre_mount(dns: str, mount_name: str, mount_point: str, efa: bool) -> list[str]:
@@ -199,6 +211,11 @@ def _lustre_mount(dns: str, mount_name: str, mount_point: str, efa: bool) -> lis
     return lines
 
 
+# EC2 user guide, "Run commands when you launch an EC2 instance with user data input"
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html): "User data is limited
+# to 16 KB, in raw form, before it is base64-encoded."
+USER_DATA_MAX_BYTES = 16 * 1024
+
 JOIN_BEGIN = "# ---- coreburst: join the on-prem Slurm controller (coreburst:burst.node) ----"
 JOIN_END = "# ---- coreburst: end of Slurm join ----"
 IMDS = "http://169.254.169.254/latest"
@@ -217,27 +234,71 @@ class SlurmJoin:
     tag_wait_seconds: int = 600
     poll_seconds: float = 5
     install_packages: bool = True
-    # Run `coreburst burst node-check --gate` before slurmd (BurstNode.health_gate).
+    # Run the boot gate (coreburst/burst/node_gate.py) before slurmd (BurstNode.health_gate):
+    # (instance type, GPUs, EFA devices) for every type the cluster may launch.
     health_gate: bool = True
+    gate_expect: tuple[tuple[str, int, int], ...] = ()
+    gate_dcgm: bool = False  # BurstNode.health_gate_dcgm
     # file mode: the node's own gres.conf line (configless: gres.conf comes from slurmctld).
     gres_line: str | None = None
     root: str = ""
 
 
-def _health_gate() -> list[str]:
-    """slurmd starts only on a node that passed ``coreburst burst node-check --gate``
-    (coreburst/burst/node_check.py): on failure the check itself sets the node DOWN with the
-    reason and has it powered down (the job requeues, the instance is replaced); the block
-    stops here either way, so a failing node never registers."""
+NODE_GATE_PATH = "/usr/local/lib/coreburst/node-gate.py"
+SLURMD_DROP_IN = "/etc/systemd/system/slurmd.service.d/coreburst-configless.conf"
+# The EFA installer puts fi_info in /opt/amazon/efa/bin, which is not on cloud-init's PATH
+# (EC2 user guide, "Get started with EFA and NCCL", runs it as /opt/amazon/efa/bin/fi_info).
+EFA_BIN = "/opt/amazon/efa/bin"
+
+
+def node_gate_source() -> bytes:
+    """The boot gate's source, read from the installed ``coreburst.burst`` package."""
+    return resources.files("coreburst.burst").joinpath("node_gate.py").read_bytes()
+
+
+def gate_expectations(
+    catalog: Catalog, instance_types: Sequence[str], efa: bool
+) -> tuple[tuple[str, int, int], ...]:
+    """(type, GPUs, EFA devices) the gate expects of each type a cluster may launch, from the
+    catalog; EFA 0 where the cluster attaches no EFA interface (``efa: false``)."""
+    out = []
+    for t in instance_types:
+        facts = catalog.instance(t)
+        out.append((t, facts.accelerator.count, facts.efa_interfaces.value if efa else 0))
+    return tuple(out)
+
+
+def _health_gate(j: SlurmJoin) -> list[str]:
+    """slurmd starts only on a node that passed the boot gate (coreburst/burst/node_gate.py).
+    The gate is written whole into the user data (gzip, base64, its sha256 checked), run by
+    the image's python3: nothing is installed and nothing is fetched. On failure it asks
+    slurmctld to set the node DOWN and power it down; the block stops here either way, so a
+    failing node never registers."""
+    if not j.gate_expect:
+        raise ValueError("health_gate needs gate_expect: the counts of each instance type")
+    src = node_gate_source()
+    packed = base64.encodebytes(gzip.compress(src, 9, mtime=0)).decode().strip()
+    path = f"{j.root.rstrip('/')}{NODE_GATE_PATH}"
+    q = shlex.quote
+    args = [f"--expect={t}={g}:{e}" for t, g, e in j.gate_expect]
+    if not j.gate_dcgm:
+        args.append("--no-dcgm")
     return [
-        "# Health gate: GPUs, DCGM and EFA against the catalog before the node takes jobs.",
-        "command -v coreburst >/dev/null || cb_fail 'coreburst is not installed on this image: "
-        "the health gate cannot run (install it in the AMI, or set coreburst:burst.node."
-        "healthGate: false)'",
+        "# Health gate (coreburst/burst/node_gate.py, Python standard library only): GPUs,",
+        "# DCGM and EFA against the catalog before the node takes jobs.",
+        "command -v python3 >/dev/null || cb_fail 'python3 is not on this image: the health "
+        "gate needs it (use an image with python3, or set coreburst:burst.node.healthGate: "
+        "false)'",
+        f"install -d -m 0755 {q(path.rsplit('/', 1)[0])}",
+        f"base64 -d <<'B64' | gunzip > {q(path)} || cb_fail 'cannot unpack the health gate'",
+        packed,
+        "B64",
+        f"echo {hashlib.sha256(src).hexdigest()}  {q(path)} | sha256sum -c --quiet - \\",
+        "  || cb_fail 'the health gate script is damaged (sha256 mismatch; user data cut short?)'",
         "cb_itype=$(cb_imds instance-type) || cb_fail 'cannot read instance-type from IMDS'",
-        'coreburst burst node-check --node "$cb_node" --instance-type "$cb_itype" --gate '
-        "|| cb_fail \"health check failed on $cb_node ($cb_itype): see the node's reason in "
-        'Slurm; its instance is replaced"',
+        f'PATH="$PATH:{EFA_BIN}" python3 {q(path)} --node "$cb_node" --instance-type '
+        f'"$cb_itype" {" ".join(args)} \\',
+        '  || cb_fail "health check failed on $cb_node ($cb_itype): see the gate\'s lines above"',
     ]
 
 
@@ -265,10 +326,15 @@ def render_slurm_join(j: SlurmJoin) -> list[str]:
         f"cb_param={q(j.slurm_conf_parameter_arn)}",
     ]
     if j.install_packages:
+        # From the image's own apt sources (a fresh image may have no package lists yet);
+        # slurm-client for scontrol, with which a node that fails its gate takes itself out
+        # (Debian's slurmd does not depend on it).
+        apt = "DEBIAN_FRONTEND=noninteractive timeout 900 apt-get"
         lines += [
             "if ! command -v slurmd >/dev/null || ! command -v munged >/dev/null; then",
-            "  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
-            "slurmd munge \\",
+            f"  {{ {apt} update -qq \\",
+            f"    && {apt} install -y --no-install-recommends slurmd munge \\",
+            "       slurm-client; } \\",
             '    || cb_fail "cannot install slurmd and munge (apt-get); bake them into the AMI"',
             "fi",
         ]
@@ -335,6 +401,15 @@ def render_slurm_join(j: SlurmJoin) -> list[str]:
             '  || cb_fail "parameter $cb_param is not a conf server (host[:port],...)"',
             "# Configless: slurmd fetches slurm.conf and gres.conf from slurmctld.",
             'cb_opts="-N $cb_node --conf-server $cb_conf"',
+            # Debian 12's slurmd.service (and its forerunners) has
+            # ConditionPathExists=/etc/slurm/slurm.conf: with none, `systemctl restart slurmd`
+            # succeeds and starts nothing. systemd.unit(5), Conditions: an empty assignment
+            # resets the list of conditions.
+            "# slurmd.service may start only with /etc/slurm/slurm.conf, which configless has "
+            "not: lift that condition.",
+            f"install -d -m 0755 {q(r + SLURMD_DROP_IN.rsplit('/', 1)[0])}",
+            f"printf '[Unit]\\nConditionPathExists=\\n' > {q(r + SLURMD_DROP_IN)}",
+            "systemctl daemon-reload || cb_fail 'systemctl daemon-reload failed'",
         ]
     else:
         lines += [
@@ -353,10 +428,44 @@ def render_slurm_join(j: SlurmJoin) -> list[str]:
         f'printf \'SLURMD_OPTIONS="%s"\\n\' "$cb_opts" > {q(r + "/etc/default/slurmd")}',
         f"printf '%s\\n' \"$cb_node\" > {q(r + '/etc/coreburst/slurm-node-name')}",
         "systemctl restart munge || cb_fail 'munged did not start'",
-        *(_health_gate() if j.health_gate else []),
+        *(_health_gate(j) if j.health_gate else []),
         "systemctl enable slurmd || cb_fail 'cannot enable slurmd'",
         "systemctl restart slurmd || cb_fail 'slurmd did not start'",
         'echo "coreburst: slurmd started as $cb_node"',
         JOIN_END,
     ]
     return lines
+
+
+def slurm_join_for(
+    node: BurstNode,
+    cluster: Cluster,
+    catalog: Catalog,
+    *,
+    region: str,
+    node_tag_key: str,
+    munge_key_secret_arn: str,
+    slurm_conf_parameter_arn: str,
+    gpu_device_prefix: str = "/dev/nvidia",
+) -> SlurmJoin:
+    """The join block's settings for ``cluster``'s nodes (GpuCluster renders with this; so
+    can a test, without Pulumi): file mode's gres.conf line, the gate's expected counts for
+    the cluster's type and its fallbacks."""
+    acc = catalog.instance(cluster.instance_type).accelerator
+    gres_line = None
+    if node.conf_mode == "file" and acc.kind == "nvidia":
+        gres_line = f"Name=gpu Type={acc.model.lower()} File={gpu_device_prefix}[0-{acc.count - 1}]"
+    types = [cluster.instance_type, *cluster.fallback_instance_types]
+    return SlurmJoin(
+        region=region,
+        munge_key_secret_arn=munge_key_secret_arn,
+        slurm_conf_parameter_arn=slurm_conf_parameter_arn,
+        conf_mode=node.conf_mode,
+        node_tag_key=node_tag_key,
+        tag_wait_seconds=node.tag_wait_seconds,
+        install_packages=node.install_packages,
+        health_gate=node.health_gate,
+        gate_expect=gate_expectations(catalog, types, cluster.efa) if node.health_gate else (),
+        gate_dcgm=node.health_gate_dcgm,
+        gres_line=gres_line,
+    )

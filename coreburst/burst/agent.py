@@ -43,6 +43,7 @@ import logging
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -338,29 +339,70 @@ def _child(conn: socket.socket, stack: str, stack_dir: Path, limit_s: int) -> in
     return code
 
 
+def _what_stands(mode: int) -> str:
+    for test, what in (
+        (stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"),
+        (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISCHR, "a device"), (stat.S_ISBLK, "a device"),
+    ):  # fmt: skip
+        if test(mode):
+            return what
+    return "a file that is not a socket"
+
+
+def _clear_stale(path: Path) -> None:
+    """Remove what stands at ``path`` only when it is this user's socket with no one listening
+    (an agent that died): a file, a directory, a link, another user's socket or a live one is
+    left as it is, and AgentError (one line) says what stands there."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise AgentError(f"--socket {path}: cannot look at it: {exc.strerror}") from None
+    fix = "remove it yourself or give another --socket"
+    if not stat.S_ISSOCK(st.st_mode):  # never deleted: it is not an agent's socket
+        raise AgentError(f"--socket {path}: {_what_stands(st.st_mode)} stands there; {fix}")
+    if st.st_uid != os.geteuid():
+        raise AgentError(
+            f"--socket {path}: a socket of uid {st.st_uid} stands there, not this user's "
+            f"(uid {os.geteuid()}); {fix}"
+        )
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)
+    try:
+        probe.connect(str(path))
+    except ConnectionRefusedError:
+        pass  # a stale socket from an agent that died: replace it
+    except OSError as exc:
+        raise AgentError(
+            f"--socket {path}: cannot tell whether the socket there is in use "
+            f"({exc.strerror or exc}); {fix}"
+        ) from None
+    else:
+        raise AgentError(f"--socket {path}: another agent is listening there; stop it first")
+    finally:
+        probe.close()
+    try:
+        again = path.lstat()
+        if (again.st_dev, again.st_ino) != (st.st_dev, st.st_ino):
+            raise AgentError(f"--socket {path}: it changed while it was checked; start again")
+        path.unlink()
+    except OSError as exc:
+        raise AgentError(f"--socket {path}: cannot remove the old socket: {exc.strerror}") from None
+
+
 def bind(path: Path) -> socket.socket:
-    """Listen on ``path``, created 0600; raises AgentError (one line) when it cannot."""
+    """Listen on ``path``, created 0600; raises AgentError (one line) when it cannot. Only the
+    agent's own stale socket (this user's, no one listening) is replaced.
+
+        >>> listener = bind(Path("/run/coreburst/burst-agent.sock"))  # doctest: +SKIP
+    """
     if not path.parent.is_dir():
         raise AgentError(
             f"--socket {path}: no directory {path.parent} (create it, owned by SlurmUser)"
         )
-    if path.exists() or path.is_symlink():
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.settimeout(1.0)
-        try:
-            probe.connect(str(path))
-        except OSError:
-            pass  # a stale socket from an agent that died: replace it
-        else:
-            raise AgentError(f"--socket {path}: another agent is listening there; stop it first")
-        finally:
-            probe.close()
-        try:
-            path.unlink()
-        except OSError as exc:
-            raise AgentError(
-                f"--socket {path}: cannot remove the old file: {exc.strerror}"
-            ) from None
+    _clear_stale(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     old = os.umask(0o177)  # created 0600: no window in which others may connect
     try:

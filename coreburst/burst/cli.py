@@ -5,8 +5,10 @@ $ sudo /opt/coreburst/bin/coreburst burst install --stack prod --stack-dir /etc/
 $ coreburst burst resume 'p5-[1-4]' --stack prod        # run by slurmctld
 $ coreburst burst suspend 'p5-[1-4]' --stack prod
 $ coreburst burst iam-policy --stack prod --account 123456789012 > burst-controller.json
+$ coreburst burst guardrails-iam-policy --stack burst > docs/iam/onprem-guardrails.json
 $ coreburst burst release-hold od --stack prod --reason "capacity back in use1-az4"
 $ coreburst burst node-check --node p5-1 --stack prod --gate   # on the node, before slurmd
+$ coreburst burst check --stack prod                   # read-only preflight of account and Slurm
 """
 
 from __future__ import annotations
@@ -394,6 +396,40 @@ def iam_policy(
     typer.echo(json.dumps(doc, indent=2))
 
 
+@app.command("guardrails-iam-policy")
+def guardrails_iam_policy(
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    account: Annotated[
+        str, typer.Option(help="The stack's 12-digit AWS account id; * when not given.")
+    ] = "*",
+    rule: Annotated[
+        list[str] | None, typer.Option(help="A rule the daemon runs (repeat); default: all.")
+    ] = None,
+) -> None:
+    """Print the IAM policy (JSON) for the guardrails daemon on the controller host, run with its own AWS credentials: what its rules declare, writes only on the stack's tagged resources, the stack's spot events (and budget) queue only; no DynamoDB, Secrets Manager or Logs (its state is SQLite)."""  # noqa: E501
+    from coreburst.common.names import STACK_TAG_KEY
+    from guardrails.rules import REGISTRY
+    from infra.guardrails_iam import onprem_policy_document
+
+    s = _stack(stack, stack_dir)
+    names = sorted(REGISTRY) if not rule else sorted({"inventory", *rule})
+    unknown = [n for n in names if n not in REGISTRY]
+    if unknown:
+        raise _fail(f"--rule: unknown rule(s) {', '.join(unknown)}; known: {', '.join(REGISTRY)}")
+    try:
+        doc = onprem_policy_document(
+            {n: REGISTRY[n].iam_actions for n in names},
+            STACK_TAG_KEY,
+            s.name,
+            region=s.config.region,
+            account=account,
+        )
+    except ValueError as exc:
+        raise _fail(f"--account: {exc}") from None
+    typer.echo(json.dumps(doc, indent=2))
+
+
 @app.command("release-hold")
 def release_hold(
     pool: Annotated[str, typer.Argument(help="The pool (cluster) name, e.g. od.")],
@@ -556,6 +592,69 @@ def agent(
         socket_path.unlink(missing_ok=True)
         raise _fail(str(exc)) from None
     burst_agent.serve(listener, socket_path, stack, stack_dir.resolve(), limit_s=limit)
+
+
+@app.command()
+def check(  # noqa: PLR0917 (typer: one parameter per option)
+    stack: StackOpt,
+    stack_dir: StackDirOpt = HERE,
+    fmt: Annotated[str, typer.Option("--format", help="text (one line a check) or json.")] = "text",
+    strict: Annotated[
+        bool, typer.Option(help="Exit 1 on ? (a question the credentials may not ask) too.")
+    ] = False,
+    principal: Annotated[
+        str | None,
+        typer.Option(
+            help="The controller's IAM role or user ARN to simulate, when the check runs with "
+            "other credentials (CI); the DryRun launches are then left out (they ask as the "
+            "caller). Default: the caller."
+        ),
+    ] = None,
+    skip: Annotated[
+        list[str] | None,
+        typer.Option(help="Leave out a section: aws, permissions or slurm (repeatable)."),
+    ] = None,
+    slurm_conf: Annotated[
+        Path | None, typer.Option(help="slurm.conf scontrol reads (default: SLURM_CONF).")
+    ] = None,
+) -> None:
+    """Preflight against the account and the Slurm controller: one line a check (✔ ✘ ?) with
+    what was asked and the fix; exit 1 on ✘ (and on ? with --strict). Read-only.
+
+    $ coreburst burst check --stack burst
+    $ coreburst burst check --stack burst --skip slurm --format json --principal arn:aws:iam::123456789012:role/burst-controller"""  # noqa: E501
+    from coreburst.burst import check as preflight
+    from guardrails.preflight import (
+        READ_TIMEOUT_S,
+        Clients,
+        exit_code,
+        render_json,
+        render_text,
+    )
+
+    if fmt not in ("text", "json"):
+        raise _fail(f"--format {fmt!r}: use text or json")
+    bad = sorted(set(skip or []) - set(preflight.SECTIONS))
+    if bad:
+        raise _fail(f"--skip {bad[0]!r}: use {', '.join(preflight.SECTIONS)}")
+    if principal is not None and not preflight.IAM_ARN.fullmatch(principal):
+        raise _fail(
+            f"--principal {principal!r}: not an IAM role or user ARN; "
+            "e.g. arn:aws:iam::123456789012:role/burst-controller"
+        )
+    s = _stack(stack, stack_dir)
+    results = preflight.run_checks(
+        s,
+        Clients(s.config.region),
+        scontrol=Scontrol(conf=slurm_conf, timeout_s=READ_TIMEOUT_S),
+        principal=principal,
+        skip=skip or (),
+    )
+    if fmt == "json":
+        typer.echo(render_json(results, stack=stack, strict=strict), nl=False)
+    else:
+        typer.echo(render_text(results), nl=False)
+    raise typer.Exit(exit_code(results, strict))
 
 
 def main() -> None:

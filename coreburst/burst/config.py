@@ -23,7 +23,7 @@ from pydantic.alias_generators import to_camel
 
 from coreburst.burst.hostlist import HostlistError, expand
 from coreburst.common.catalog import load_catalog
-from coreburst.common.names import NODE_TAG_KEY
+from coreburst.common.names import CAPACITY_BACKOFF_S, NODE_TAG_KEY
 from coreburst.common.textio import read_text
 from infra.config import SlurmNetwork, StackConfig, StackConfigError, parse_stack_config
 
@@ -75,7 +75,11 @@ Hostlist = Annotated[str, AfterValidator(_safe), AfterValidator(_hostlist)]
 
 class _Model(BaseModel):
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -85,7 +89,9 @@ class CapacityBlockWindow(_Model):
     reservation so no job powers them up."""
 
     start: datetime
+    """When the block's instances may start (UTC, ISO 8601)."""
     end: datetime | None = None
+    """When the block ends (none: not known; the nodes are held after it)."""
 
 
 class SpendGate(_Model):
@@ -99,10 +105,10 @@ class SpendGate(_Model):
     spend snapshots are (``state.path``) and how old one may be
     (``burst_reconcile.spend_snapshot_max_age``). See :func:`gate_limits`."""
 
-    # The guardrails daemon's guardrails.yaml (read only; COREBURST_* overrides apply).
     guardrails_config: Path
-    # Hours assumed for a node resumed without a job (``scontrol update state=power_up``).
+    """The guardrails daemon's guardrails.yaml (read only; COREBURST_* overrides apply)."""
     default_hours: float = Field(default=1.0, gt=0)
+    """Hours assumed for a node resumed without a job (``scontrol update state=power_up``)."""
 
 
 @dataclass(frozen=True)
@@ -162,60 +168,88 @@ class BurstSettings(SlurmNetwork):
     group is derived from too."""
 
     model_config = ConfigDict(
-        extra="forbid", alias_generator=to_camel, populate_by_name=True, frozen=True
+        extra="forbid",
+        alias_generator=to_camel,
+        populate_by_name=True,
+        frozen=True,
+        use_attribute_docstrings=True,
     )
 
-    # The on-prem nodes (a Slurm hostlist): never suspended, ordered first through partitions.
     core_nodes: Hostlist | None = None
+    """The on-prem nodes (a Slurm hostlist): never suspended, ordered first through partitions."""
     core_partition: SafeValue = "core"
+    """The site's own partition of the core nodes (named in the rendered comments; the fragment does
+    not declare it)."""
     burst_partition: SafeValue = "burst"
+    """The partition of on-demand and capacity-reservation pools."""
     spot_partition: SafeValue = "spot"
+    """The partition of spot pools."""
     block_partition: SafeValue = "block"
-    # The seed rule: runs over a week stay on-prem (burst partitions refuse longer limits).
+    """The partition of Capacity Block pools."""
     max_time: SlurmTime = "7-00:00:00"
+    """MaxTime of the burst and block partitions: a job with a longer time limit stays on the
+    core (the seed rule: runs over a week stay on-prem). The spend gate prices a node for at
+    most this long."""
     spot_max_time: SlurmTime = "7-00:00:00"
-    # Programs slurmctld runs (as SlurmUser) with a hostlist argument.
+    """MaxTime of the spot partition (a spot node may be interrupted; a shorter limit loses less
+    work)."""
     resume_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume"
+    """ResumeProgram: the program slurmctld runs (as SlurmUser, with a hostlist argument) to
+    start nodes; `coreburst burst install` writes it there."""
     suspend_program: SafeValue = "/usr/local/sbin/coreburst-burst-suspend"
+    """SuspendProgram: ends the instances of the nodes Slurm powers down."""
     resume_fail_program: SafeValue = "/usr/local/sbin/coreburst-burst-resume-fail"
-    # The burst agent's socket (coreburst burst agent --socket): when set, the rendered programs
-    # ask that warm process to run them (coreburst/burst/fast.py) and run directly if it is down.
+    """ResumeFailProgram: ends the instance of a node that did not register within ResumeTimeout."""
     agent_socket: Path | None = None
-    # Seconds. A GPU instance needs minutes to boot and register.
+    """The burst agent's socket (coreburst burst agent --socket): when set, the rendered programs
+    ask that warm process to run them (coreburst/burst/fast.py) and run directly if it is down."""
     suspend_time: int = Field(default=600, ge=1)
+    """SuspendTime: a burst node idle this long is powered down (its instance ended)."""
     resume_timeout: int = Field(default=1800, ge=1)
+    """ResumeTimeout (and BatchStartTimeout): how long a node has from resume to registering with
+    slurmctld."""
     suspend_timeout: int = Field(default=120, ge=1)
+    """SuspendTimeout: how long a powered-down node stays unavailable after SuspendProgram."""
     power_save_interval: int = Field(default=10, ge=1)
-    # Fraction of the instance's memory declared as RealMemory: the OS and drivers keep some,
-    # and a node that reports less than its RealMemory is set INVALID.
+    """SlurmctldParameters power_save_interval: how often slurmctld runs its power saving logic."""
     memory_fraction: float = Field(default=0.95, gt=0, le=1)
-    # Where the GPU device files are on a burst node (gres.conf File=); a trailing [0-N]
-    # range is appended per instance type.
+    """Fraction of the instance's memory declared as RealMemory: the OS and drivers keep some, and a
+    node that reports less than its RealMemory is set INVALID."""
     gpu_device_prefix: SafeValue = "/dev/nvidia"
-    # How slurmctld reaches a resumed node: the instance's private IP (set by the resume
-    # program), or the address the node registers from (SlurmctldParameters=cloud_reg_addrs).
+    """Where the GPU device files are on a burst node (gres.conf File=); a trailing [0-N] range is
+    appended per instance type."""
     node_address: Literal["private-ip", "registration"] = "private-ip"
+    """How slurmctld reaches a resumed node: the instance's private IP (set by the resume program),
+    or the address the node registers from (SlurmctldParameters=cloud_reg_addrs)."""
     capacity_blocks: dict[str, CapacityBlockWindow] = {}
-    # Seconds an (instance type, zone) choice that got a capacity error is not offered to
-    # EC2 again; when every choice of a pool is out, the pool is held (a MAINT reservation
-    # coreburst-backoff-<pool>-<ms>) as long, so its jobs start elsewhere at once.
-    capacity_backoff_s: int = Field(default=600, ge=10)
-    # Logs of the power programs (slurmctld discards their stdout and stderr).
+    """The dates of each capacity-block cluster's block, by cluster name: its nodes are held in a
+    maintenance reservation outside them (reservations.sh). A block cluster left out is held
+    until an operator lifts it."""
+    capacity_backoff_s: int = Field(default=CAPACITY_BACKOFF_S, ge=10)
+    """Seconds an (instance type, zone) choice that got a capacity error is not offered to EC2
+    again; when every choice of a pool is out, the pool is held (a MAINT reservation
+    coreburst-backoff-<pool>-<ms>) as long, so its jobs start elsewhere at once. The one capacity
+    back-off: the resume program writes it into each failure it audits, and the guardrails
+    daemon's burst-reconcile rule holds a pool after a capacity error for as long."""
     log_file: Path = Path("/var/log/coreburst/burst-power.log")
+    """Logs of the power programs (slurmctld discards their stdout and stderr)."""
     audit_log: Path = Path("/var/log/coreburst/burst-audit.jsonl")
-    # Instance tag holding the Slurm node name.
+    """The power programs' JSON-lines audit log (launches, failures, holds); the guardrails daemon's
+    burst_reconcile.burst_audit_log reads it."""
     node_tag_key: str = NODE_TAG_KEY
-    # Which resume run owns which node (coreburst/burst/claims.py; SQLite, on the controller).
-    # Default:
-    # burst-claims.sqlite beside auditLog.
+    """Instance tag holding the Slurm node name."""
     claims_file: Path | None = None
+    """Which resume run owns which node (coreburst/burst/claims.py; SQLite, on the controller).
+    Default: burst-claims.sqlite beside auditLog."""
     spend_gate: SpendGate | None = None
-    # The guardrails daemon's burst-reconcile heartbeat file (burst_reconcile.heartbeat_file in
-    # guardrails.yaml). When set, resume launches nothing while it is older than
-    # heartbeatIntervals x reconcilerIntervalS: nobody would clean up what it launches.
     reconciler_heartbeat: Path | None = None
+    """The guardrails daemon's burst-reconcile heartbeat file (burst_reconcile.heartbeat_file in
+    guardrails.yaml). When set, resume launches nothing while it is older than heartbeatIntervals
+    x reconcilerIntervalS: nobody would clean up what it launches."""
     reconciler_interval_s: int = Field(default=60, ge=10)
+    """The daemon's cycle (its interval) the heartbeat is judged against."""
     heartbeat_intervals: int = Field(default=3, ge=1)
+    """How many cycles the heartbeat may miss before resume refuses to launch."""
 
 
 class BurstStack(BaseModel):

@@ -6,7 +6,9 @@ SuspendTime idle, so the stack's fixed monthly cost holds no GPU instance. What 
 instead is the price of one node-hour per pool, what the whole pool costs per hour while every
 node runs, and the largest projection the spend gate can be asked to approve (every node of
 the pool for its partition's MaxTime): the same arithmetic as the gate (coreburst/burst/gate.py
-``Gate.check``: nodes x $/h x time limit, instance price only). A price the catalog
+``Gate.check``: nodes x $/h x time limit, instance price only), at the same rate: a pool with
+fallback types is priced at the dearest type it may launch as (:func:`node_rate`). A price
+the catalog
 lacks raises :class:`coreburst.common.pricing.UnpricedError`: it is never shown as zero.
 
     >>> from coreburst.burst.config import parse_burst
@@ -28,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from coreburst.burst.config import BurstStack, gate_limits
-from coreburst.burst.slurmconf import node_sets
+from coreburst.burst.slurmconf import NodeSet, node_sets
 from coreburst.common import pricing
 from coreburst.common.catalog import Catalog, load_catalog
 from coreburst.common.pricing import UnpricedError
@@ -77,6 +79,9 @@ class PoolRate:
     max_time: str  # the partition's MaxTime
     max_hours: float | None  # None: UNLIMITED
     source: str
+    # The type a node is priced as: the dearest it may launch as (fallbacks included); None:
+    # instance_type.
+    priced_type: str | None = None
 
     @property
     def usd_per_node_hour(self) -> float:
@@ -96,6 +101,28 @@ class PoolRate:
         return self.nodes * self.instance_usd_per_node_hour * self.max_hours
 
 
+def node_rate(cat: Catalog, ns: NodeSet, region: str) -> tuple[float, str, str]:
+    """($/h, instance type, source) a node of ``ns`` is priced at: the dearest type it may
+    launch as, its fallbacks included, since the spend gate must never reserve less than the
+    launch can cost. ``coreburst plan`` and the gate both price a node with this. Raises
+    CatalogError (named) for a type the catalog cannot price.
+
+    >>> from coreburst.burst.slurmconf import NodeSet
+    >>> cat = load_catalog()
+    >>> ns = NodeSet("od", "p5.48xlarge", "on-demand", ("od-1",), 192, 1, 8, "h100", (), "burst",
+    ...              ("p5.48xlarge", "p5e.48xlarge"))
+    >>> node_rate(cat, ns, "us-east-1")[1]
+    'p5e.48xlarge'
+    """
+    best: tuple[float, str, str] | None = None
+    for t in ns.instance_types or (ns.instance_type,):
+        rate, src = pricing.instance_rate(cat, t, region, ns.market)
+        if best is None or rate > best[0]:
+            best = (rate, t, src)
+    assert best is not None
+    return best
+
+
 def pool_rates(stack: BurstStack, catalog: Catalog | None = None) -> list[PoolRate]:
     """One :class:`PoolRate` per cluster with nodes; raises UnpricedError (named) for a
     figure the catalog lacks."""
@@ -105,7 +132,7 @@ def pool_rates(stack: BurstStack, catalog: Catalog | None = None) -> list[PoolRa
     out = []
     for ns in node_sets(stack, cat):
         item = f"burst pool {ns.cluster}"
-        rate, src = pricing.instance_rate(cat, ns.instance_type, stack.config.region, ns.market)
+        rate, priced_type, src = node_rate(cat, ns, stack.config.region)
         volume = pricing.ebs_volumes(cat, f"{item}/volume", root_gib[ns.cluster], 1)
         max_time = s.spot_max_time if ns.partition == s.spot_partition else s.max_time
         out.append(
@@ -113,6 +140,7 @@ def pool_rates(stack: BurstStack, catalog: Catalog | None = None) -> list[PoolRa
                 cluster=ns.cluster,
                 partition=ns.partition,
                 instance_type=ns.instance_type,
+                priced_type=priced_type,
                 market=ns.market,
                 nodes=len(ns.names),
                 instance_usd_per_node_hour=rate,

@@ -17,8 +17,10 @@ Policy, per node (the earliest deadline of its issues wins):
   lands there; the reason shows in ``sinfo -R``), the same text in the node's Comment, then
   ``state=power_down``: Slurm powers the node down as soon as it is idle (its SuspendProgram
   terminates the instance) and the next job that needs the node gets a fresh instance.
-  ``POWER_DOWN_ASAP`` is not used because slurmctld overwrites the drain reason with
-  "POWER_DOWN_ASAP" (src/slurmctld/node_mgr.c, update_node).
+  (``state=power_down_asap reason=...`` in one update would keep the reason too: slurmctld's
+  update_node sets the update's reason before it acts on the state, and _drain_node writes
+  "POWER_DOWN_ASAP" only on a node not yet drained whose reason is unset or "Not responding";
+  src/slurmctld/node_mgr.c, the same from 22.05 to 26.05.)
 * **deadline**: a scheduled event's ``NotBefore - event_margin``; an impaired status check's
   first sighting ``+ impaired_grace``. At the deadline a node still running a job is powered
   down by force (``state=power_down_force``): Slurm requeues the job (it runs elsewhere or on a
@@ -55,11 +57,12 @@ class BurstHealthConfig(StrictModel):
     stack, tag keys and Slurm settings."""
 
     enabled: bool = False
-    # A job still on the node this long before the event's NotBefore is requeued (the node is
-    # powered down by force); until then it may finish on the drained node.
+    """Run the burst-health rule."""
     event_margin: Annotated[timedelta, Between("1m", "7d")] = timedelta(minutes=30)
-    # A status check impaired this long: the node is powered down even under a job.
+    """A job still on the node this long before the event's NotBefore is requeued (the node is
+    powered down by force); until then it may finish on the drained node."""
     impaired_grace: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=10)
+    """A status check impaired this long: the node is powered down even under a job."""
 
 
 def _needs_burst_stack(cfg: Any) -> None:

@@ -45,7 +45,6 @@ from coreburst.burst.commitments import SpendLedger
 from coreburst.burst.hostlist import compress
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.names import SPEND_HOLD_PREFIX
-from coreburst.common.pricing import instance_rate
 from guardrails.adapters.slurm import SlurmError, delete_reservation
 
 if TYPE_CHECKING:  # the stack's config (and infra's) only where a gate checks a launch
@@ -201,6 +200,7 @@ class Gate:
         (coreburst/burst/commitments.py) atomically with the check: limit - accrued -
         committed must hold it."""
         from coreburst.burst.config import gate_limits
+        from coreburst.burst.cost import node_rate
         from infra.config import StackConfigError
 
         gate = self.stack.settings.spend_gate
@@ -217,11 +217,8 @@ class Gate:
         asks: dict[str, tuple[float, float]] = {}
         for n in names:
             ns = self.nodes_of[n]
-            try:  # the dearest type the node may launch as (fallbacks included)
-                rate = max(
-                    instance_rate(cat, t, self.stack.config.region, ns.market)[0]
-                    for t in ns.instance_types or (ns.instance_type,)
-                )
+            try:  # the dearest type the node may launch as (fallbacks included), as plan prices it
+                rate = node_rate(cat, ns, self.stack.config.region)[0]
             except CatalogError as exc:
                 cost = sum(r * h for r, h in asks.values())
                 return cost, f"no price for {ns.instance_type} {ns.market} ({exc})"

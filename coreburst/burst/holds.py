@@ -4,8 +4,10 @@ The resume program (coreburst/burst/power.py) writes every launch, failure and h
 JSON-lines audit log; the ``burst-reconcile`` rule (coreburst/burst/reconcile.py) reads it each
 cycle and places or lifts the Slurm reservations these :class:`Hold` s describe:
 
-* a capacity error (coreburst/burst/ec2errors.py ``capacity``) backs the pool off for
-  ``capacity_backoff`` (reservation ``coreburst-backoff-<pool>-<ms>``);
+* a capacity error (coreburst/burst/ec2errors.py ``capacity``) backs the pool off for the
+  ``backoff_s`` the resume program wrote on the failure (``coreburst:burst.capacityBackoffS``;
+  :data:`CAPACITY_BACKOFF_S` on an event that has none), reservation
+  ``coreburst-backoff-<pool>-<ms>``;
 * a hold the resume program placed itself (``resume.pool_held``) is reported once;
 * ``bootstrap_failures_before_protect`` boot failures within ``bootstrap_window`` protect the
   pool until an operator deletes ``coreburst-protect-<pool>``;
@@ -21,12 +23,12 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from coreburst.burst.ec2errors import classify
-from coreburst.common.names import BACKOFF_PREFIX, PROTECT_PREFIX
+from coreburst.common.names import BACKOFF_PREFIX, CAPACITY_BACKOFF_S, PROTECT_PREFIX
 from coreburst.common.textio import read_text
 
 if TYPE_CHECKING:
@@ -80,6 +82,15 @@ def read_events(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def _backoff_s(event: dict[str, Any]) -> float:
+    """The capacity back-off a failure carries (the stack's capacityBackoffS when the resume
+    program wrote it); an event from before it did so: the key's default."""
+    value = event.get("backoff_s")
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return float(CAPACITY_BACKOFF_S)
+
+
 @dataclass(frozen=True)
 class Hold:
     pool: str
@@ -92,8 +103,8 @@ class Hold:
 def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) -> list[Hold]:
     """Capacity backoffs and protected pools the resume program's events call for."""
     t = now.timestamp()
-    backoff = p.capacity_backoff.total_seconds()
     last_ice: dict[str, float] = {}
+    backoff_of: dict[str, float] = {}
     ice_code: dict[str, str] = {}
     fails: dict[str, list[float]] = {}
     released: dict[str, float] = {}
@@ -108,6 +119,7 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
         pools = {
             p for p in pools_of(str(e.get("nodes", ""))) if float(e["ts"]) > released.get(p, -1)
         }
+        backoff = _backoff_s(e)
         if (
             e.get("event") == "resume.failed"
             and classify(str(e.get("code", ""))) == "capacity"
@@ -117,18 +129,21 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
                 if float(e["ts"]) >= last_ice.get(pool, 0.0):
                     last_ice[pool] = float(e["ts"])
                     ice_code[pool] = str(e.get("code"))
+                    backoff_of[pool] = backoff
         if e.get("event") == "resume-fail" and age < p.bootstrap_window.total_seconds():
             for pool in pools:
                 fails.setdefault(pool, []).append(float(e["ts"]))
     out = []
     for pool, ts in sorted(last_ice.items()):
         ms = int(ts * 1000)
+        backoff = backoff_of[pool]
         out.append(
             Hold(
                 pool,
                 f"{BACKOFF_PREFIX}{pool}-{ms}",
                 max(1, math.ceil((backoff - (t - ts)) / 60)),
-                f"{ice_code.get(pool, ICE)} for pool {pool}: no launches for {p.capacity_backoff}",
+                f"{ice_code.get(pool, ICE)} for pool {pool}: no launches for "
+                f"{timedelta(seconds=backoff)}",
                 f"burst-backoff:{pool}:{ms}",
             )
         )

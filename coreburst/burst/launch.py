@@ -3,7 +3,8 @@ tag them, tell Slurm their addresses, terminate them.
 
 * **Launch**: each group of nodes (one multi-node job all-or-nothing, the rest best-effort:
   :func:`launch_groups`) goes to EC2 CreateFleet (``instant``) on the cluster's launch
-  template, at most 500 instances a call, with the (type, zone) choices of its pool that are
+  template, in calls of at most 500 instances (our batch size, not an AWS limit), with the
+  (type, zone) choices of its pool that are
   not backed off after a capacity error (:meth:`Launcher.choices`). Each call carries a
   ClientToken recorded in the nodes' claims first (coreburst/burst/claims.py), so a run that
   died mid-launch is taken over by sending the same request again.
@@ -48,8 +49,10 @@ if TYPE_CHECKING:
 # The power programs' one logger (its name is the log file's, set up by coreburst/burst/cli.py).
 log = logging.getLogger("coreburst.burst.power")
 
-# EC2 API reference, CreateFleet: an instant fleet launches at most 500 instances per call
-# ("The maximum number of instances... for a fleet of type instant is 500").
+# Nodes per CreateFleet call: coreburst's own batch size. No AWS text found limits an instant
+# fleet to 500 instances a call (not the CreateFleet API reference nor botocore's model); the
+# EC2 Fleet quotas page gives a target capacity of 10,000 per fleet
+# (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/fleet-quotas.html).
 FLEET_BATCH = 500
 # EC2 API reference, "Filtering": at most 200 values in one filter.
 FILTER_VALUES_MAX = 200

@@ -154,6 +154,14 @@ RULES: dict[str, Rule] = {
             "as CommunicationParameters",
         ),
         Rule(
+            "GresTypes",
+            "list",
+            "replaces the site's whole GresTypes list (the last value wins); gpu for the burst "
+            "nodes' Gres=gpu:<type>:<count>",
+            "as CommunicationParameters (a site GRES such as mps stays only when rendered with "
+            "the site's slurm.conf)",
+        ),
+        Rule(
             "NodeName",
             "records",
             "adds the burst nodes; a name the site defines too stops slurmctld (Duplicated "

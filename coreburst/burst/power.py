@@ -8,7 +8,8 @@ parts are their own modules:
 
 * **resume** reads ``SLURM_RESUME_FILE`` (JSON, job -> nodes), launches each multi-node job's
   nodes all-or-nothing and the rest best-effort with EC2 CreateFleet (``instant``) on the
-  cluster's launch template, at most 500 instances a call; tags every instance with its node
+  cluster's launch template, in calls of at most 500 instances (our batch size, not an AWS
+  limit); tags every instance with its node
   name; tells Slurm each node's address (coreburst/burst/launch.py). Nodes that get no
   instance are set DOWN with the EC2 error code as the reason and powered down at once, so
   their jobs requeue now rather than after ResumeTimeout (coreburst/burst/slurm_side.py).

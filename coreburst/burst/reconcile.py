@@ -30,7 +30,7 @@ burst resume/suspend programs (coreburst/burst/power.py), every cycle, through t
   program holds a pool itself the moment every type and zone of it is out of capacity, or on
   a quota or invalid-request error (``resume.pool_held``; coreburst/burst/ec2errors.py), and
   this rule tells Slack once per hold. Otherwise a pool (cluster)
-  whose resume got a capacity error is held for ``capacity_backoff`` (a MAINT
+  whose resume got a capacity error is held for the stack's ``capacityBackoffS`` (a MAINT
   reservation ``coreburst-backoff-<pool>-<ms>`` that ends by itself); a pool with
   ``bootstrap_failures_before_protect`` resume-fail events (nodes that never registered) within
   ``bootstrap_window`` goes into protected mode: ``coreburst-protect-<pool>`` until an operator
@@ -87,48 +87,70 @@ class BurstReconcileConfig(StrictModel):
     on-prem Slurm's cloud nodes. Off unless switched on; it needs ``scontrol`` on this host."""
 
     enabled: bool = False
-    # The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>).
+    """Run the burst-reconcile rule."""
     stack: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+    """The stack whose instances the burst resume program launches (tag coreburst-stack=<stack>)."""
     stack_tag_key: str = STACK_TAG_KEY
+    """The instance tag naming the stack (the resume program sets it)."""
     node_tag_key: str = NODE_TAG_KEY
-    # An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
-    # At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh
-    # instance (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming
-    # must never look like an orphan.
+    """The instance tag naming the Slurm node (coreburst:burst.nodeTagKey)."""
     orphan_timeout: Annotated[timedelta, Between("11m", "1d")] = timedelta(minutes=15)
-    # Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
-    # Auto Scaling group members (tag aws:autoscaling:groupName) are never counted.
+    """An instance with no Slurm node (or a powered-down one) this long after launch is an orphan.
+    At least 11 minutes: the resume program may spend up to 10 minutes naming a fresh instance
+    (coreburst.burst.ec2io.TAG_DEADLINE_MAX_S), and an instance it is still naming must never
+    look like an orphan."""
     untagged_orphans: bool = True
-    # Where scontrol is (None: PATH) and which slurm.conf it reads (None: SLURM_CONF / default).
+    """Stack instances with no node tag at all (resume died between CreateFleet and CreateTags);
+    Auto Scaling group members (tag aws:autoscaling:groupName) are never counted."""
     slurm_bin_dir: Path | None = None
+    """Where scontrol is (None: PATH)."""
     slurm_conf: Path | None = None
+    """The slurm.conf scontrol reads (None: SLURM_CONF or Slurm's default)."""
     slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
-    # Written (atomically) after every completed cycle; the resume program refuses to launch
-    # when it is stale (coreburst:burst.reconcilerHeartbeat).
+    """Deadline of each Slurm command."""
     heartbeat_file: Path | None = None
-    # The resume program's audit log (coreburst:burst.auditLog). When set: a pool whose resume
-    # got InsufficientInstanceCapacity is held (a MAINT reservation) for capacity_backoff, and
-    # one with bootstrap_failures_before_protect resume-fail events within bootstrap_window is
-    # held until an operator deletes its coreburst-protect-<pool> reservation.
+    """Written (atomically) after every completed cycle; the resume program refuses to launch when
+    it is stale (coreburst:burst.reconcilerHeartbeat)."""
     burst_audit_log: Path | None = None
-    capacity_backoff: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=30)
+    """The resume program's audit log (coreburst:burst.auditLog). When set: a pool whose resume got
+    a capacity error is held (a MAINT reservation) for the stack's coreburst:burst.capacityBackoffS
+    (the resume program writes it on each failure), and one with
+    bootstrap_failures_before_protect resume-fail events within bootstrap_window is held until an
+    operator deletes its coreburst-protect-<pool> reservation."""
     bootstrap_failures_before_protect: int = Field(default=3, ge=1, le=1000)
+    """Resume-fail events (nodes that never registered) within bootstrap_window that put a pool in
+    protected mode."""
     bootstrap_window: Annotated[timedelta, Between("10m", "7d")] = timedelta(hours=24)
-    # The spend scope (one of spend.scopes) the resume program's spend gate counts against:
-    # the gate (coreburst:burst.spendGate) reads it, its limits and state.path from this file,
-    # and this rule lifts the gate's holds (coreburst-spend-* reservations) once it has room.
-    # null: no gate.
+    """The span bootstrap failures are counted over."""
     spend_scope: str | None = "account"
-    # A spend snapshot older than this is not trusted: the gate launches nothing, holds stay.
+    """The spend scope (one of spend.scopes) the resume program's spend gate counts against: the
+    gate (coreburst:burst.spendGate) reads it, its limits and state.path from this file, and this
+    rule lifts the gate's holds (coreburst-spend-* reservations) once it has room. null: no gate."""
     spend_snapshot_max_age: Annotated[timedelta, Between("1m", "1d")] = timedelta(hours=1)
-    # Spot to on-demand: a job pending in spot_partition only, for longer than this, also gets
-    # on_demand_partition (scontrol update jobid=N partition=spot,burst), so it runs on
-    # on-demand if spot has no capacity, once the resume program's spend gate approves the
-    # on-demand price. Off (jobs wait for spot) unless spot_fallback is true.
+    """A spend snapshot older than this is not trusted: the gate launches nothing, holds stay."""
     spot_fallback: bool = False
+    """Spot to on-demand: a job pending in spot_partition only, for longer than
+    spot_fallback_after, also gets on_demand_partition (scontrol update jobid=N
+    partition=spot,burst), so it runs on on-demand if spot has no capacity, once the resume
+    program's spend gate approves the on-demand price. Off (jobs wait for spot) unless true."""
     spot_fallback_after: Annotated[timedelta, Between("10s", "7d")] = timedelta(minutes=30)
+    """How long a job waits in spot_partition alone before it also gets on_demand_partition."""
     spot_partition: str = Field(default="spot", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """The spot partition (coreburst:burst.spotPartition)."""
     on_demand_partition: str = Field(default="burst", pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    """The on-demand partition a waiting spot job also gets (coreburst:burst.burstPartition)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_capacity_backoff(cls, data: Any) -> Any:
+        # One capacity back-off: the stack's, which the resume program writes on each failure.
+        if isinstance(data, dict) and "capacity_backoff" in data:
+            raise ValueError(
+                "capacity_backoff is no longer read: the back-off is the stack's "
+                "coreburst:burst.capacityBackoffS (the resume program writes it on each failure "
+                "it audits); remove it here and set that key in Pulumi.<stack>.yaml"
+            )
+        return data
 
     @model_validator(mode="after")
     def _stack_when_enabled(self) -> BurstReconcileConfig:

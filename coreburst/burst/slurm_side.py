@@ -280,7 +280,15 @@ class SlurmSide:
             )
             self.slurm.scontrol("update", f"nodename={hl}", "state=power_down_force")
             cls = classify(code.removeprefix("CreateTags:"))
-            self.audit("resume.failed", nodes=hl, code=code, error_class=cls)
+            # backoff_s: how long the daemon's burst-reconcile rule holds the pool after a
+            # capacity error (coreburst:burst.capacityBackoffS, the one back-off)
+            self.audit(
+                "resume.failed",
+                nodes=hl,
+                code=code,
+                error_class=cls,
+                backoff_s=self.stack.settings.capacity_backoff_s,
+            )
             mine = set(nodes)
             self.note_jobs(
                 [j for j, jn in jobs or [] if mine.intersection(jn)],

@@ -91,9 +91,13 @@ def node_sets(stack: BurstStack, catalog: Catalog | None = None) -> list[NodeSet
         }.get(market, s.burst_partition)
         models = {f.accelerator.model.lower() for f in all_facts}
         gpus = acc.count if acc.kind == "nvidia" else 0
-        # One GRES type only when every type has the same GPU model (p5 H100 + p5e H200:
-        # untyped gpu:8, so a job asking for gpu:8 fits whichever launched).
-        gpu_type = next(iter(models)) if gpus and len(models) == 1 else None
+        # Typed GRES, so a job asking --gres=gpu:h100:8 (as it does on an H100 core) fits. Slurm
+        # gives a node one type per name (slurm.conf NodeName Gres=, gres.conf Type=), fixed
+        # before the instance exists: a pool whose fallbacks have another model (p5 H100 +
+        # p5e H200) is typed by its instanceType's model, the GPU it stands for; a fallback
+        # stands in with a same-count, newer GPU of that class (infra/config.py checks the
+        # count and EFA layout). Features name the model only when every type has it.
+        gpu_type = all_facts[0].accelerator.model.lower() if gpus else None
         # With fallbacks the node may be any of its types: only what they share is a feature.
         features = (
             "burst",
@@ -125,6 +129,16 @@ def node_sets(stack: BurstStack, catalog: Catalog | None = None) -> list[NodeSet
 def node_set_of(stack: BurstStack, catalog: Catalog | None = None) -> dict[str, NodeSet]:
     """Node name -> its set (the power programs' map from a Slurm node to a cluster)."""
     return {n: ns for ns in node_sets(stack, catalog) for n in ns.names}
+
+
+def _other_models(ns: NodeSet, cat: Catalog) -> list[str]:
+    """``type (model)`` of each fallback whose GPU model differs from the node's GRES type."""
+    out = []
+    for t in ns.instance_types[1:]:
+        model = cat.instance(t).accelerator.model
+        if model.lower() != ns.gpu_type:
+            out.append(f"{t} ({model})")
+    return out
 
 
 def _node_lines(ns: NodeSet, port_of: dict[str, int], port: int | None) -> list[str]:
@@ -248,11 +262,24 @@ def render_slurm_include(
         *_set(
             "SlurmctldParameters", merge_list(",".join(params), known, "SlurmctldParameters"), site
         ),
+    ]
+    if any(ns.gpus for ns in sets):
+        # slurm.conf(5) GresTypes: "A comma-delimited list of generic resources to be managed";
+        # a node's Gres=gpu:... is refused without gpu in it.
+        lines += _set("GresTypes", merge_list("gpu", known, "GresTypes"), site)
+    lines += [
         "# ---- cloud nodes (State=CLOUD: powered down until a job needs them) ----",
         f"# merge: {RULES['NodeName'].comment}",
     ]
+    cat = catalog or load_catalog()
     for ns in sets:
         lines.append(f"# {ns.cluster}: {len(ns.names)} x {ns.instance_type} ({ns.market})")
+        others = _other_models(ns, cat) if ns.gpus else []
+        if others:
+            lines.append(
+                f"# {ns.cluster}: Gres typed {ns.gpu_type} (a job asking gpu:{ns.gpu_type} or "
+                f"gpu fits); a node may launch as {', '.join(others)} in its place"
+            )
         lines += _node_lines(ns, port_of, None if s.slurmd_port == SLURMD_PORT else s.slurmd_port)
     lines += [
         f"# ---- partitions: below the core partition ({s.core_partition}, PriorityTier >= "
@@ -274,11 +301,20 @@ def render_slurm_include(
 
 
 def render_gres(stack: BurstStack, catalog: Catalog | None = None) -> str:
-    """gres.conf lines for the cloud nodes with NVIDIA GPUs (append to the site's gres.conf)."""
+    """gres.conf lines for the cloud nodes with NVIDIA GPUs (append to the site's gres.conf):
+    gres.conf(5) ``NodeName=<hostlist> Name=gpu Type=<model> File=<devices>``, the Type the
+    node's slurm.conf ``Gres=gpu:<model>:<count>`` names (Slurm matches them by type)."""
+    cat = catalog or load_catalog()
     prefix = stack.settings.gpu_device_prefix
     lines = [f"# coreburst burst nodes for stack {stack.name!r} (coreburst burst slurm-conf)."]
-    for ns in node_sets(stack, catalog):
+    for ns in node_sets(stack, cat):
         if ns.gpus:
+            others = _other_models(ns, cat)
+            if others:
+                lines.append(
+                    f"# {ns.cluster}: typed {ns.gpu_type}; a node may launch as "
+                    f"{', '.join(others)} in its place"
+                )
             typed = f" Type={ns.gpu_type}" if ns.gpu_type else ""
             lines.append(f"NodeName={ns.hostlist} Name=gpu{typed} File={prefix}[0-{ns.gpus - 1}]")
     return "\n".join(lines) + "\n"

@@ -32,6 +32,13 @@ id and the actions' intent keys keep anything from happening twice. A standby da
 read the queue (it would hide the warning from the leader); nor does a leader whose gate is
 shut (kill switch, breaker, cap): the messages wait for it.
 
+One bad message never holds up another: each is handled on its own, and whatever goes wrong
+with it (an error of Slurm or AWS, a bug) leaves it for the next cycle and goes on with the
+next message. A message not settled by its ``MAX_TRIES``-th delivery (SQS's
+``ApproximateReceiveCount``), and at once one that is no event of ours (not JSON, another
+detail-type, text that is not valid Unicode such as a lone surrogate in its id), is set aside:
+deleted, audited (``spot.set-aside``) and alerted once, with why.
+
 A node-side watcher of the instance metadata (``spot/instance-action``) is not part of this:
 EventBridge is the one source here.
 
@@ -42,6 +49,7 @@ EventBridge is the one source here.
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from collections.abc import Callable
@@ -68,24 +76,26 @@ class SpotInterruptionConfig(StrictModel):
     node by ``burst_reconcile``'s stack, tag keys and Slurm settings."""
 
     enabled: bool = False
-    # The SQS queue the stack's EventBridge rules deliver both events to (queue
-    # guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing
-    # to read.
+    """Run the spot-interruption rule."""
     queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """The SQS queue the stack's EventBridge rules deliver both events to (queue
+    guardrails-spot-events: `pulumi stack output guardrailsSpotQueueUrl`); unset = nothing to
+    read."""
     max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
-    # Report only (audit and Slack), even when the daemon acts (dry_run: false).
+    """SQS receives per cycle, of up to 10 messages each."""
     dry_run: bool = False
-    # Sent to the jobs on a node whose instance gets the two-minute warning, so they can
-    # checkpoint (scancel --signal); null: none.
+    """Report only (audit and Slack), even when the daemon acts (dry_run: false)."""
     signal: Literal["USR1", "USR2", "TERM", "INT", "HUP", "URG", "CONT", "XCPU"] | None = "USR1"
-    # Which processes get it (scancel(1)): batch = the batch shell only (--batch; a script
-    # traps it), full = the shell, its children and every step (--full), steps = the steps only.
+    """Sent to the jobs on a node whose instance gets the two-minute warning, so they can checkpoint
+    (scancel --signal); null: none."""
     signal_to: Literal["batch", "full", "steps"] = "batch"
-    # After the signal, how long the jobs have before they are requeued (sooner when the
-    # instance goes). The warning comes two minutes before EC2 takes the instance.
+    """Which processes get it (scancel(1)): batch = the batch shell only (--batch; a script traps
+    it), full = the shell, its children and every step (--full), steps = the steps only."""
     grace: Annotated[timedelta, Between("5s", "10m")] = timedelta(seconds=90)
-    # A rebalance recommendation drains the node and notifies; true: signal its jobs as well.
+    """After the signal, how long the jobs have before they are requeued (sooner when the instance
+    goes). The warning comes two minutes before EC2 takes the instance."""
     rebalance_signal: bool = False
+    """A rebalance recommendation drains the node and notifies; true: signal its jobs as well."""
 
 
 def _needs_burst_stack(cfg: Any) -> None:
@@ -119,6 +129,20 @@ VISIBILITY_S = 30
 # How long a cycle waits for Slurm to finish requeueing a job before lifting its requeue hold
 # (a job still being requeued then is tried again next cycle).
 LIFT_WAIT_S = 5.0
+# Deliveries of one message (its ApproximateReceiveCount) before it is set aside, deleted with
+# one alert: three cycles are three minutes at the daemon's default interval, and a warning
+# still unsettled then is past its two minutes.
+MAX_TRIES = 3
+
+
+@dataclass(frozen=True)
+class Message:
+    """One SQS message as received (not deleted): ``tries`` is its ApproximateReceiveCount."""
+
+    receipt: str
+    message_id: str
+    body: str
+    tries: int
 
 
 @dataclass(frozen=True)
@@ -131,9 +155,20 @@ class SpotEvent:
     action: str  # interruption: terminate | stop | hibernate; rebalance: ""
 
 
+def printable(text: str) -> str:
+    """``text`` safe for the audit log, the state store and Slack: what is not valid Unicode
+    (a lone surrogate, as a JSON ``\\udc80`` escape decodes) shown as its escape."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def parse_event(body: str) -> SpotEvent | str:
-    """One SQS message body (the EventBridge event itself), or why it is not one of ours
-    (one line)."""
+    r"""One SQS message body (the EventBridge event itself), or why it is not one of ours
+    (one line, printable). An id holding a lone surrogate (JSON ``\udc80``) is not:
+
+    >>> print(parse_event('{"id": "e\udc80", "region": "us-east-1", "detail-type": "EC2 '
+    ...     'Instance Rebalance Recommendation", "detail": {"instance-id": "i-0abc1234def5678"}}'))
+    id 'e\\udc80' is not valid Unicode text
+    """
     try:
         doc = json.loads(body)
     except ValueError:
@@ -142,7 +177,7 @@ def parse_event(body: str) -> SpotEvent | str:
         return "not a JSON object"
     kind = KINDS.get(str(doc.get("detail-type", "")))
     if kind is None:
-        got = str(doc.get("detail-type"))[:80]
+        got = printable(str(doc.get("detail-type"))[:80])
         return f"detail-type {got!r} is neither {WARNING!r} nor {REBALANCE!r}"
     detail = doc.get("detail")
     iid = detail.get("instance-id") if isinstance(detail, dict) else None
@@ -154,21 +189,30 @@ def parse_event(body: str) -> SpotEvent | str:
     action = ""
     if kind == "interruption":
         action = str(detail.get("instance-action", "")) if isinstance(detail, dict) else ""
-    return SpotEvent(event_id, kind, iid, region, str(doc.get("time", "")), action)
+    time = str(doc.get("time", ""))
+    for name, text in (("id", event_id), ("region", region), ("time", time),
+                       ("detail.instance-action", action)):  # fmt: skip
+        if printable(text) != text:  # stored, audited and sent: it must be valid text
+            return f"{name} {printable(text)[:80]!r} is not valid Unicode text"
+    return SpotEvent(event_id, kind, iid, region, time, action)
 
 
-def receive(sqs: Any, url: str, max_batches: int) -> list[tuple[str, str, str]]:
-    """Up to ``max_batches`` x 10 messages: (receipt handle, message id, body), not deleted."""
-    out: list[tuple[str, str, str]] = []
+def receive(sqs: Any, url: str, max_batches: int) -> list[Message]:
+    """Up to ``max_batches`` x 10 messages, not deleted."""
+    out: list[Message] = []
     for _ in range(max_batches):
         resp = sqs.receive_message(
             QueueUrl=url,
             MaxNumberOfMessages=10,
             WaitTimeSeconds=0,
             VisibilityTimeout=VISIBILITY_S,
+            MessageSystemAttributeNames=["ApproximateReceiveCount"],
         )
         msgs = resp.get("Messages", [])
-        out += [(m["ReceiptHandle"], m["MessageId"], m["Body"]) for m in msgs]
+        for m in msgs:
+            count = str(m.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+            tries = int(count) if count.isdigit() else 1
+            out.append(Message(m["ReceiptHandle"], m["MessageId"], m["Body"], tries))
         if len(msgs) < 10:
             break
     return out
@@ -468,39 +512,108 @@ def _dry(ctx: RuleContext) -> bool:
     return ctx.cfg.dry_run or ctx.cfg.spot_interruption.dry_run
 
 
+def _delete(ctx: RuleContext, sqs: Any, url: str, msg: Message) -> None:
+    try:
+        sqs.delete_message(QueueUrl=url, ReceiptHandle=msg.receipt)
+    except (ClientError, BotoCoreError) as exc:  # it comes back; its event id is seen
+        ctx.actuator.audit("spot.delete-failed", message_id=msg.message_id, error=str(exc))
+        ctx.report.errors.append(f"spot-interruption: message {msg.message_id}: {exc}")
+
+
+def _set_aside(ctx: RuleContext, sqs: Any, url: str, msg: Message, *, what: str, why: str) -> None:
+    """Delete a message that cannot be settled, with one alert saying what it was and why."""
+    ctx.actuator.audit("spot.set-aside", message_id=msg.message_id, tries=msg.tries, what=what,
+                       why=why)  # fmt: skip
+    ctx.report.errors.append(f"spot-interruption: message {msg.message_id} set aside: {why}")
+    ctx.alert(
+        Alert(
+            f"spot:set-aside:{clip(msg.message_id, 200)}",
+            "spot:set-aside",
+            "Spot queue: a message set aside",
+            [
+                f"Message {clip(msg.message_id, 200)} on the spot-interruption queue ({what}) "
+                f"was deleted after {msg.tries} deliver{'y' if msg.tries == 1 else 'ies'}, "
+                "unsettled: nothing more is done for it.",
+                f"Why: {clip(why, 800)}",
+                "The audit log has it as spot.set-aside; a warning in it is for a burst node "
+                "to check by hand (scontrol show node).",
+            ],
+            severity="warning",
+            priority=PRIORITY_URGENT,
+        ),
+        timedelta(0),
+    )
+    _delete(ctx, sqs, url, msg)
+
+
+def _take(
+    ctx: RuleContext,
+    slurm: Slurm,
+    nodes: dict[str, dict[str, SlurmNode]],
+    ev: SpotEvent,
+    watch: dict[str, Any],
+) -> bool:
+    """Handle one event; True when its message may go. ``nodes`` caches Slurm's nodes."""
+    seen: dict[str, str] = dict(ctx.state.get(SEEN_KEY) or {})
+    if ev.event_id in seen:
+        ctx.actuator.audit("spot.duplicate", event_id=ev.event_id)
+        return True
+    if "all" not in nodes:
+        nodes["all"] = slurm.sc.nodes()
+    if not _handle(ctx, slurm, nodes["all"], ev, watch):
+        return False
+    now = ctx.clock.now()
+    seen = {k: v for k, v in seen.items() if now - parse_iso(v) < SEEN_FOR}
+    seen[ev.event_id] = iso(now)
+    ctx.state.put(SEEN_KEY, seen)
+    return True
+
+
+def _restore(ctx: RuleContext, watch: dict[str, Any], kept: dict[str, Any]) -> None:
+    """After a message failed: ``watch`` as stored (else as it was before the message), so
+    nothing it half-recorded is written with a later message's."""
+    try:
+        stored = ctx.state.get(WATCH_KEY)
+    except Exception:  # the store itself failing: what this cycle had before the message
+        stored = kept
+    watch.clear()
+    watch.update(stored or {})
+
+
 def _drain_queue(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
     p: SpotInterruptionConfig = ctx.cfg.spot_interruption
     url = p.queue_url
     if not url:
         return
     sqs = ctx.aws.client("sqs", queue_region(url, ctx.cfg.regions[0]))
-    nodes: dict[str, SlurmNode] | None = None
-    seen: dict[str, str] = dict(ctx.state.get(SEEN_KEY) or {})
-    for receipt, msg_id, body in receive(sqs, url, p.max_batches):
-        ev = parse_event(body)
-        if isinstance(ev, str):
-            ctx.actuator.audit("spot.unreadable", message_id=msg_id, why=ev)
-            ctx.report.errors.append(f"spot-interruption: message {msg_id}: {ev}")
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt)
+    nodes: dict[str, dict[str, SlurmNode]] = {}
+    for msg in receive(sqs, url, p.max_batches):
+        ev = parse_event(msg.body)
+        if isinstance(ev, str):  # never one of ours: no second try
+            ctx.actuator.audit("spot.unreadable", message_id=msg.message_id, why=ev)
+            _set_aside(ctx, sqs, url, msg, what="no spot event", why=ev)
             continue
-        if ev.event_id in seen:
-            ctx.actuator.audit("spot.duplicate", event_id=ev.event_id, message_id=msg_id)
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt)
-            continue
+        kept = copy.deepcopy(watch)
         try:
-            if nodes is None:
-                nodes = slurm.sc.nodes()
-            settled = _handle(ctx, slurm, nodes, ev, watch)
-        except (SlurmError, ClientError, BotoCoreError) as exc:  # left for the next cycle
-            ctx.actuator.audit("spot.retry", event_id=ev.event_id, error=str(exc))
-            ctx.report.errors.append(f"spot-interruption: event {ev.event_id}: {exc}")
+            if _take(ctx, slurm, nodes, ev, watch):
+                _delete(ctx, sqs, url, msg)
+                continue
+            why = "not settled: an action failed or the daemon's gate held it back"
+        except (SlurmError, ClientError, BotoCoreError) as exc:
+            why = printable(str(exc))
+        except Exception as exc:  # a bug must not hold up the messages behind this one
+            why = printable(f"{type(exc).__name__}: {exc}")
+            ctx.log.error("spot.failed", event_id=printable(ev.event_id), error=why)
+        _restore(ctx, watch, kept)
+        what = f"spot {ev.kind} of {ev.instance_id}, event {ev.event_id}"
+        if msg.tries >= MAX_TRIES:
+            _set_aside(ctx, sqs, url, msg, what=what, why=why)
             continue
-        if settled:
-            now = ctx.clock.now()
-            seen = {k: v for k, v in seen.items() if now - parse_iso(v) < SEEN_FOR}
-            seen[ev.event_id] = iso(now)
-            ctx.state.put(SEEN_KEY, seen)
-            sqs.delete_message(QueueUrl=url, ReceiptHandle=receipt)
+        ctx.actuator.audit("spot.retry", event_id=ev.event_id, message_id=msg.message_id,
+                           tries=msg.tries, error=why)  # fmt: skip
+        ctx.report.errors.append(
+            f"spot-interruption: event {ev.event_id} (try {msg.tries} of {MAX_TRIES}): {why}"
+        )
 
 
 # -- watched nodes ---------------------------------------------------------------------------

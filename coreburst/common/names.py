@@ -45,3 +45,10 @@ PROTECT_PREFIX = "coreburst-protect-"
 # (the name carries the projected cost: Slurm 22.05 reservations have no comment field). The
 # burst-reconcile rule deletes only these.
 SPEND_HOLD_PREFIX = "coreburst-spend-"
+
+# -- shared settings ---------------------------------------------------------------------------
+# coreburst:burst.capacityBackoffS's default (seconds), the one capacity back-off: the resume
+# program writes the value it used into each failure it audits (``backoff_s``), and the
+# guardrails daemon's burst-reconcile rule holds the pool that long (coreburst/burst/holds.py);
+# an audit event without one (an older resume program) is held this long.
+CAPACITY_BACKOFF_S = 600

@@ -3,23 +3,36 @@
 An offer file (AWS Billing user guide, "Reading the service price list file for an AWS
 service") is JSON: ``offerCode``, ``publicationDate``, ``products`` keyed by SKU (each with
 ``productFamily`` and ``attributes``) and ``terms.OnDemand.<sku>.<offerTermCode>.priceDimensions
-.<rateCode>.pricePerUnit.USD``. This reads the EC2, FSx and Direct Connect offers, picks the
-products the catalog prices (its instance types on Linux shared tenancy, its FSx for Lustre
-deployment types and throughputs, its Direct Connect port speeds) in one region, and prints a
-reviewable diff, price by price (old -> new, with the offer's publication date as the new
-figure's date and ``aws-price-list`` as its source). A product of those kinds whose attributes
-or price it cannot read is listed as not priced (never priced at $0), figures it never takes
-from an offer (FSx scratch, Direct Connect data out) are listed as not imported, and an offer
-none of whose products reads as expected is refused. ``--write`` writes the catalog, and only
-then: each changed figure's line is replaced in place (comments and layout kept), the result is
-parsed as a catalog before it replaces the file, and a bad offer changes nothing.
+.<rateCode>.pricePerUnit.USD`` with its ``unit``). This reads the EC2, FSx and Direct Connect
+offers, picks the products the catalog prices (its instance types on Linux shared tenancy, its
+FSx for Lustre deployment types and throughputs, its Direct Connect port speeds) in one region,
+and prints a reviewable diff, price by price (old -> new, with the offer's publication date as
+the new figure's date and ``aws-price-list`` as its source).
+
+Only a plain on-demand rate in the catalog figure's own unit is taken: a term under
+``terms.OnDemand`` with no reserved-term attribute (``LeaseContractLength``, ``OfferingClass``,
+``PurchaseOption``) whose every price dimension is per ``Hrs`` (instance- and port-hours) or
+``GB-Mo`` (FSx storage). An upfront fee (unit ``Quantity``), a per-minute price or a reserved
+term is never read as an hourly price: the product is listed as not priced, with what the offer
+gave instead. A product of those kinds whose attributes or price it cannot read is listed as not
+priced (never priced at $0), figures it never takes from an offer (FSx scratch, Direct Connect
+data out) are listed as not imported, and an offer none of whose products reads as expected is
+refused. A new price more than 3x the catalog's, or under a third of it, refuses the import
+(exit 2, nothing written) unless ``--accept-change`` names that figure, as the diff prints its
+path. ``--write`` writes the catalog, and only then: each changed figure's line is replaced in
+place (comments and layout kept), the result is parsed as a catalog before it replaces the
+file, and a bad offer changes nothing.
 
     $ coreburst prices import AmazonEC2-us-east-1.json
     $ coreburst prices import AmazonEC2-us-east-1.json --region us-east-1 --write
+    $ coreburst prices import AmazonEC2-us-east-1.json --region us-east-1 --write \
+        --accept-change instances.p4d.24xlarge.on_demand_usd_per_hour.us-east-1
 
-Only figures the catalog already has are updated: a region or product it lacks is listed as
-"not in the catalog" for a person to add (the catalog prices every type in every region it
-prices any type in). Capacity Block prices are not in the EC2 offer; they are left alone.
+Only figures the catalog already has are updated: an instance type, region, FSx tier or port
+speed it lacks is listed as "not in catalog" for a person to add (the catalog prices every type
+in every region it prices any type in). Capacity Block products (``marketoption``
+``CapacityBlock``, at $0 an hour in the EC2 offer) are not read: the catalog's Capacity Block
+figures are left alone.
 """
 
 from __future__ import annotations
@@ -49,8 +62,8 @@ SOURCE = {
         "list file for an AWS service'), imported by `coreburst prices import`"
     ),
     "url": "https://pricing.us-east-1.amazonaws.com/offers/v1.0/aws/index.json",
-    "took": "terms.OnDemand pricePerUnit USD of each matched product; as_of is the offer's "
-    "publicationDate",
+    "took": "terms.OnDemand pricePerUnit USD per Hrs (instances, ports) or GB-Mo (FSx storage) "
+    "of each matched product, no reserved term or fee; as_of is the offer's publicationDate",
 }
 SERVICES = {
     "AmazonEC2": "EC2 on-demand instance-hours",
@@ -86,6 +99,26 @@ FSX_TIERS = {
 # connectionType naming dedicated (infracost matches it case-blind); one product per Direct
 # Connect location (the location code is in usagetype), all in the location's region.
 DX_FAMILY = "Direct Connect"
+# The unit each catalog figure is priced in, as the offer's priceDimensions.<rateCode>.unit
+# names it. "Hrs" (EC2 instance-hours) and "GB-Mo" (storage GB-months) are the values of the
+# real EC2 offer excerpts in tests/fixtures/aws/offers/real/ (README there); that FSx storage and
+# Direct Connect ports use the same two was not seen in a real FSx or Direct Connect offer: a
+# product priced in another unit is listed as not priced, never converted.
+UNITS = {"AmazonEC2": "Hrs", "AmazonFSx": "GB-Mo", "AWSDirectConnect": "Hrs"}
+# termAttributes of a reserved term (AWS Billing user guide, "Reading the service price list
+# file for an AWS service", OnDemand and Reserved definitions); an on-demand term has none. The
+# real excerpt's m5.large carries a reserved term (3yr, All Upfront) under terms.OnDemand.
+RESERVED_TERM_ATTRIBUTES = ("LeaseContractLength", "OfferingClass", "PurchaseOption")
+# EC2 products of another market than on-demand (the real excerpt's p4d.24xlarge Capacity
+# Block product, marketoption "CapacityBlock", $0 an hour): not the catalog's on-demand price.
+# An offer whose products carry no marketoption (older offers) is read as on-demand.
+EC2_MARKET = "OnDemand"
+# A new price beyond this factor of the catalog's (either way) refuses the import unless
+# --accept-change names the figure: an upfront fee read as an hourly rate was 53x, a per-minute
+# rate 1/60.
+MAX_CHANGE = 3.0
+# More products not in the catalog than this are listed on one line.
+LIST_EACH = 10
 NOT_CONFIRMED = {
     "AmazonFSx": (
         "the Price List value of deploymentOption for scratch file systems was not confirmed"
@@ -110,6 +143,21 @@ class Change:
     def changed(self) -> bool:
         return not math.isclose(self.old.value, self.new_value, rel_tol=0, abs_tol=1e-9)
 
+    @property
+    def name(self) -> str:
+        """The figure's path as the diff prints it and ``--accept-change`` takes it."""
+        return ".".join(self.path)
+
+    @property
+    def factor(self) -> float:
+        """How many times larger or smaller the new price is (1.0: the same; inf: from $0)."""
+        lo, hi = sorted((self.old.value, self.new_value))
+        return hi / lo if lo > 0 else math.inf
+
+    @property
+    def large(self) -> bool:
+        return self.changed and self.factor > MAX_CHANGE
+
 
 @dataclass
 class ImportPlan:
@@ -127,6 +175,12 @@ class ImportPlan:
     unmatched: list[str] = field(default_factory=list)
     # catalog figures this importer never takes from this offer, and why
     not_imported: list[str] = field(default_factory=list)
+    # figures (Change.name) --accept-change names: changes over MAX_CHANGE taken all the same
+    accepted: frozenset[str] = frozenset()
+
+    def refused(self) -> list[Change]:
+        """The changes over MAX_CHANGE that --accept-change does not name."""
+        return [c for c in self.changes if c.large and c.name not in self.accepted]
 
 
 # -- reading the offer ----------------------------------------------------------------------
@@ -165,16 +219,28 @@ def read_offer(path: Path) -> dict[str, Any]:
     return doc
 
 
-def _on_demand_usd(doc: dict[str, Any], sku: str, where: str) -> float | None:
-    """The one on-demand USD price of ``sku`` (None: the offer has no on-demand term for it)."""
+def _on_demand_usd(doc: dict[str, Any], sku: str, unit: str, where: str) -> float | str:
+    """The one on-demand USD price of ``sku`` per ``unit``, or why the offer gives none (a
+    phrase for the diff: no on-demand term, a reserved term, a price in another unit, $0)."""
     terms = doc["terms"]["OnDemand"].get(sku)
     if terms is None:
-        return None
+        return "no on-demand price in the offer"
     prices: set[float] = set()
     try:
-        for term in terms.values():
+        for code, term in terms.items():
+            attrs = term.get("termAttributes") or {}
+            lease = [f"{k} {attrs[k]}" for k in RESERVED_TERM_ATTRIBUTES if k in attrs]
+            if lease:
+                return f"its term {code} is a reserved one ({', '.join(lease)}), not on-demand"
             for dim in term["priceDimensions"].values():
-                prices.add(float(dim["pricePerUnit"]["USD"]))
+                usd = float(dim["pricePerUnit"]["USD"])
+                if dim.get("unit") != unit:
+                    said = f" {dim['description']!r}" if dim.get("description") else ""
+                    return (
+                        f"its on-demand price{said} is ${usd:g} per {dim.get('unit')!r}, not "
+                        f"per {unit!r}"
+                    )
+                prices.add(usd)
     except (AttributeError, KeyError, TypeError, ValueError):
         raise OfferError(
             f"{where}: terms.OnDemand.{sku} has no priceDimensions.<rateCode>.pricePerUnit.USD "
@@ -188,6 +254,8 @@ def _on_demand_usd(doc: dict[str, Any], sku: str, where: str) -> float | None:
     (price,) = prices
     if not (math.isfinite(price) and price >= 0):
         raise OfferError(f"{where}: terms.OnDemand.{sku} price {price} is not a finite rate")
+    if price == 0:  # never a $0 figure
+        return "an on-demand price of $0 in the offer"
     return price
 
 
@@ -224,12 +292,14 @@ class Found:
 
 def _ec2(family: Any, a: dict[str, Any], cat: Catalog, region: str, sku: str) -> Found | None:
     itype = a.get("instanceType")
-    if family != "Compute Instance" or itype not in cat.instances:
+    if family != "Compute Instance" or not isinstance(itype, str):
         return None
     if any(a.get(k) != v for k, v in EC2_MATCH.items()):
         return None
+    if a.get("marketoption", EC2_MARKET) != EC2_MARKET:
+        return None  # Capacity Block: not the on-demand price
     path = ("instances", itype, "on_demand_usd_per_hour", region)
-    has = region in cat.instances[itype].on_demand_usd_per_hour
+    has = itype in cat.instances and region in cat.instances[itype].on_demand_usd_per_hour
     return Found(path if has else None, f"{itype} on-demand in {region}", sku)
 
 
@@ -342,14 +412,14 @@ def plan_import(doc: dict[str, Any], cat: Catalog, region: str | None, origin: s
         if f.problem:
             plan.unmatched.append(f"{f.name}: {f.problem}")
             continue
-        price = _on_demand_usd(doc, f.sku, origin)
-        if price is None or price == 0:
-            # never a $0 figure: a product the offer gives no price, or a zero one, is reported
-            said = "no on-demand price" if price is None else "an on-demand price of $0"
-            plan.unmatched.append(f"{f.name} (sku {f.sku}): {said} in the offer")
-            continue
+        price = _on_demand_usd(doc, f.sku, UNITS[code], origin)
         if f.path is None:
-            plan.not_in_catalog.append(f"{f.name}: ${price:g} (sku {f.sku})")
+            said = f"${price:g}" if isinstance(price, float) else price
+            plan.not_in_catalog.append(f"{f.name}: {said} (sku {f.sku})")
+            continue
+        if isinstance(price, str):
+            # never a $0 figure, a fee or another unit's price: the product is reported
+            plan.unmatched.append(f"{f.name} (sku {f.sku}): {price}")
             continue
         priced.setdefault(f.path, []).append((price, f.sku))
     for path, offers in priced.items():
@@ -400,6 +470,10 @@ def _fig(value: float, as_of: str, source: str, unverified: bool) -> str:
     return f"{value:g} ({source} {as_of}{', unverified' if unverified else ''})"
 
 
+def _times(c: Change) -> str:
+    return f"{c.factor:.1f}x {'up' if c.new_value > c.old.value else 'down'}"
+
+
 def render_diff(plan: ImportPlan) -> list[str]:
     changed = [c for c in plan.changes if c.changed]
     out = [
@@ -408,10 +482,17 @@ def render_diff(plan: ImportPlan) -> list[str]:
     ]
     for c in plan.changes:
         mark = "changed" if c.changed else "same   "
+        large = ""
+        if c.large:
+            large = (
+                f"  ({_times(c)}: accepted by --accept-change)"
+                if c.name in plan.accepted
+                else f"  ({_times(c)}: over {MAX_CHANGE:g}x, refused without --accept-change)"
+            )
         out.append(
-            f"  {mark} {'.'.join(c.path)}: "
+            f"  {mark} {c.name}: "
             f"{_fig(c.old.value, c.old.as_of, c.old.source, c.old.unverified)} -> "
-            f"{_fig(c.new_value, plan.as_of, SOURCE_KEY, False)}  [sku {c.sku}]"
+            f"{_fig(c.new_value, plan.as_of, SOURCE_KEY, False)}  [sku {c.sku}]{large}"
         )
     if plan.offer_code != "AmazonEC2" and plan.changes:
         out.append(
@@ -420,8 +501,14 @@ def render_diff(plan: ImportPlan) -> list[str]:
         )
     for m in plan.missing:
         out.append(f"  not in offer {m}: kept as it is")
-    for n in plan.not_in_catalog:
-        out.append(f"  not in catalog {n}: add it to catalog.yaml by hand to use it")
+    if len(plan.not_in_catalog) > LIST_EACH:
+        out.append(
+            f"  not in catalog {len(plan.not_in_catalog)} products of the offer (add one to "
+            f"catalog.yaml by hand to use it): {'; '.join(plan.not_in_catalog)}"
+        )
+    else:
+        for n in plan.not_in_catalog:
+            out.append(f"  not in catalog {n}: add it to catalog.yaml by hand to use it")
     for n in plan.not_imported:
         out.append(f"  not imported {n}; kept as it is")
     for n in plan.unmatched:
@@ -515,14 +602,40 @@ def import_offer(
     catalog: Annotated[
         Path, typer.Option(help="catalog file to compare with and write")
     ] = CATALOG_PATH,
+    accept_change: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--accept-change",
+            metavar="FIGURE",
+            help=f"take this figure's new price even though it changes more than "
+            f"{MAX_CHANGE:g}x (its path as the diff prints it; repeat for more)",
+        ),
+    ] = None,
 ) -> None:
     """Diff the catalog's prices against an AWS Price List offer file (EC2, FSx, Direct Connect); --write applies it."""  # noqa: E501
     try:
         doc = read_offer(offer)
         cat = parse_catalog(read_text(catalog, "catalog", CatalogError), str(catalog))
         plan = plan_import(doc, cat, region, str(offer))
+        plan.accepted = frozenset(accept_change or ())
+        unknown = sorted(plan.accepted - {c.name for c in plan.changes})
+        if unknown:
+            raise OfferError(
+                f"--accept-change {unknown[0]}: the offer prices no such catalog figure in "
+                f"{plan.region}; give the figure's path as the diff prints it"
+            )
         for line in render_diff(plan):
             typer.echo(line)
+        refused = plan.refused()
+        if refused:
+            raise OfferError(
+                f"{offer}: {len(refused)} price(s) change more than {MAX_CHANGE:g}x ("
+                + ", ".join(
+                    f"{c.name} {c.old.value:g} -> {c.new_value:g}, {_times(c)}" for c in refused
+                )
+                + "); nothing written. Check the offer; if the new price is right, pass "
+                "--accept-change with the figure's path"
+            )
         if not write:
             typer.echo("dry run: nothing written (--write writes the catalog)")
             return

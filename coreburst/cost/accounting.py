@@ -15,8 +15,10 @@ Two layouts are read:
   become ``{"set", "infinite", "number"}`` objects (SchedMD/slurm
   ``src/plugins/data_parser/v0.0.40/parsers.c``, ``PARSER_ARRAY(JOB)``). Both are read. The
   job's span is taken as ``time.end - time.elapsed`` to ``time.end`` (now for a running
-  job): ``time.start`` is filled from the job's *eligible* time in the data_parser source
-  (``add_parse(UINT32, eligible, "time/start")``), so it is not the start of the run there.
+  job). ``time.start`` is the run's start there too (``add_parse(..., start, "time/start")``;
+  the eligible time is ``time/eligible``: SchedMD/slurm ``src/plugins/data_parser/*/parsers.c``,
+  23.02 to 26.05), and the two spans differ only for a job that was suspended: slurmdbd leaves
+  the time suspended out of ``elapsed`` (``as_mysql_jobacct_process.c``).
 * ``sacct --parsable2`` with an explicit ``--format`` (:data:`PARSABLE_FIELDS`) and
   ``SLURM_TIME_FORMAT=%s`` (epoch seconds), when ``--json`` is not available (a Slurm built
   without its JSON serializer). sacct(1): ``AllocTRES``, ``ElapsedRaw`` (seconds), ``End``

@@ -25,10 +25,13 @@ from guardrails.rules.base import Rule, RuleContext
 
 # -- params: the ``budget_relay`` section -----------------------------------------------------
 class BudgetRelayConfig(StrictModel):
-    # The SQS queue AWS Budgets notifications arrive on (SNS -> SQS); unset = nothing to relay.
-    # The Lambda sets it from COREBURST_BUDGET_QUEUE_URL, which the stack's component writes.
+    """``budget_relay``: AWS Budgets notifications (SNS to SQS) relayed to Slack."""
+
     queue_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    """The SQS queue AWS Budgets notifications arrive on (SNS -> SQS); unset = nothing to relay. The
+    Lambda sets it from COREBURST_BUDGET_QUEUE_URL, which the stack's component writes."""
     max_batches: int = Field(default=5, ge=1, le=100)  # of up to 10 messages each per cycle
+    """SQS receives per cycle, of up to 10 messages each."""
 
 
 def live_burn(ctx: RuleContext) -> tuple[float, list[tuple[str, float]]]:

@@ -59,19 +59,23 @@ from guardrails.timefmt import iso, parse_iso
 class CoreIdleThresholds(StrictModel):
     """When a job's GPUs count as idle, and how long its owner has before the policy acts."""
 
-    # Every GPU of the job below this (percent of DCGM activity) for ``window``: idle.
     threshold_percent: float = Field(default=5.0, gt=0, le=100)
+    """Every GPU of the job below this (percent of DCGM activity) for ``window``: idle."""
     window: Annotated[timedelta, Between("5m", "7d")] = timedelta(hours=2)
-    # From the warning to the requeue / cancel (policy ``warn``: never acts).
+    """How long every GPU of the job must stay below the threshold."""
     grace: Annotated[timedelta, Between("5m", "7d")] = timedelta(hours=1)
+    """From the warning to the requeue / cancel (policy ``warn``: never acts)."""
 
 
 class CoreExemption(StrictModel):
     """A job (``job``) or a Slurm user's jobs (``user``) left alone until ``until``."""
 
     job: str | None = Field(default=None, pattern=r"^\d+$")
+    """The Slurm job id exempted."""
     user: str | None = Field(default=None, min_length=1)
+    """The Slurm user whose jobs are exempted."""
     until: date
+    """The last day of the exemption (YYYY-MM-DD)."""
 
     @model_validator(mode="after")
     def _one_target(self) -> CoreExemption:
@@ -86,52 +90,63 @@ class CoreIdleConfig(StrictModel):
     needs ``squeue``/``scontrol``/``scancel`` on this host and a Prometheus URL."""
 
     enabled: bool = False
-    # Prometheus scraping dcgm-exporter on every core node (its HTTP API root).
+    """Run the core-idle rule."""
     prometheus_url: str | None = Field(default=None, pattern=r"^https?://[^\s/]+(/\S*)?$")
-    # The whole answer's deadline (not one socket read's), and the largest answer read.
+    """Prometheus scraping dcgm-exporter on every core node (its HTTP API root)."""
     prometheus_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    """The whole answer's deadline (not one socket read's), and the largest answer read."""
     prometheus_max_mib: int = Field(default=64, ge=1, le=4096)
-    # Resolution the activity is read at, and the longest hole tolerated in a GPU's series
-    # (more, or no series at all: the job is blind and never acted on).
+    """The largest Prometheus answer read."""
     step: Annotated[timedelta, Between("15s", "5m")] = timedelta(minutes=1)
+    """Resolution the activity is read at, and the longest hole tolerated in a GPU's series (more,
+    or no series at all: the job is blind and never acted on)."""
     max_gap: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=5)
-    # What happens after the grace: warn only, ``scontrol requeue`` or ``scancel``.
+    """Longest hole tolerated in a GPU's series (at least step)."""
     policy: Literal["warn", "requeue", "cancel"] = "warn"
+    """What happens after the grace: warn only, ``scontrol requeue`` or ``scancel``."""
     batch: CoreIdleThresholds = CoreIdleThresholds()
-    # salloc/srun sessions (Slurm's batch_flag false): people step away; warn sooner.
+    """Thresholds for batch jobs."""
     interactive: CoreIdleThresholds = CoreIdleThresholds(
         window=timedelta(minutes=30), grace=timedelta(minutes=30)
     )
-    # Jobs whose time limit is at most ``short_time_limit``: they end soon by themselves.
+    """salloc/srun sessions (Slurm's batch_flag false): people step away; warn sooner."""
     short: CoreIdleThresholds = CoreIdleThresholds(
         window=timedelta(minutes=30), grace=timedelta(minutes=30)
     )
+    """Jobs whose time limit is at most ``short_time_limit``: they end soon by themselves."""
     short_time_limit: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
-    # Partitions watched (None: every partition whose jobs hold GPUs).
+    """Jobs with a time limit this short or shorter use the ``short`` thresholds."""
     partitions: list[str] | None = None
-    # dcgm-exporter's host label -> Slurm node name, where they differ beyond a domain: an
-    # exporter host matches the node of its own name, else the node of its short name
-    # (``core1.lab.example`` -> ``core1``). Two exporter hosts matching one node make that
-    # node's GPUs blind (never a guess) until this names the one to use.
+    """Partitions watched (None: every partition whose jobs hold GPUs)."""
     host_map: dict[
         Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")],
         Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,252}$")],
     ] = {}
-    # Slurm user -> Slack member id, so the warning mentions the job's owner.
+    """dcgm-exporter's host label -> Slurm node name, where they differ beyond a domain: an exporter
+    host matches the node of its own name, else the node of its short name (``core1.lab.example``
+    -> ``core1``). Two exporter hosts matching one node make that node's GPUs blind (never a
+    guess) until this names the one to use."""
     slack_users: dict[str, Annotated[str, Field(pattern=r"^[UW][A-Z0-9]{2,20}$")]] = {}
-    # A job exempts itself with ``--comment=coreburst-exempt-until=YYYY-MM-DD`` (at most
-    # ``max_exemption`` ahead); operators list exemptions here. Both expire.
+    """Slurm user -> Slack member id, so the warning mentions the job's owner."""
     exempt_comment_key: str = Field(default="coreburst-exempt-until", pattern=r"^[\w.:-]+$")
+    """A job exempts itself with ``--comment=coreburst-exempt-until=YYYY-MM-DD`` (at most
+    ``max_exemption`` ahead); operators list exemptions here. Both expire."""
     exemptions: list[CoreExemption] = []
+    """Jobs and users left alone until a date."""
     max_exemption: Annotated[timedelta, Between("1h", "365d")] = timedelta(days=14)
-    # At most this many requeues/cancels per cycle (``safety.max_actions_per_cycle`` applies too).
+    """An exemption dated further ahead than this is ignored."""
     max_actions_per_cycle: int = Field(default=2, ge=0, le=100)
-    # $ per allocated GPU-hour of an owned node, for the messages and the report (see
-    # ``coreburst core price``: the TCO model's amortised cost); None: no dollar figures.
+    """At most this many requeues/cancels per cycle (``safety.max_actions_per_cycle`` applies
+    too)."""
     gpu_hour_usd: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    """$ per allocated GPU-hour of an owned node, for the messages and the report (see ``coreburst
+    core price``: the TCO model's amortised cost); None: no dollar figures."""
     slurm_bin_dir: Path | None = None
+    """Where squeue, scontrol and scancel are (none: PATH)."""
     slurm_conf: Path | None = None
+    """The slurm.conf they read (none: SLURM_CONF or Slurm's default)."""
     slurm_timeout_s: float = Field(default=30.0, gt=0, le=300)
+    """Deadline of each Slurm command."""
 
     @model_validator(mode="after")
     def _url_when_enabled(self) -> CoreIdleConfig:

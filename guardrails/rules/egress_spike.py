@@ -29,19 +29,31 @@ from guardrails.timefmt import iso, parse_iso
 
 # -- params: the ``egress`` section -----------------------------------------------------------
 class EgressConfig(StrictModel):
+    """``egress``: data transfer out (NetworkOut and NAT bytes) projected per day against a
+    threshold and a trailing baseline."""
+
     enabled: bool = True
+    """Run the egress rule."""
     window: Annotated[timedelta, Between("5m", "1d")] = timedelta(hours=1)
-    # How often NetworkOut (and NAT bytes) is read, apart from the cycle (``interval``):
-    # GetMetricData bills per metric requested. Each read covers the whole span since the last
-    # one, so a spike is still found, up to ``every`` (plus the settling delay) later.
+    """The day is projected from the reads within this span."""
     every: Annotated[timedelta, Between("1m", "1d")] = timedelta(minutes=15)
+    """How often NetworkOut (and NAT bytes) is read, apart from the cycle (``interval``):
+    GetMetricData bills per metric requested. Each read covers the whole span since the last one,
+    so a spike is still found, up to ``every`` (plus the settling delay) later."""
     daily_threshold_usd: float = Field(default=500.0, gt=0)
+    """Alert when the projected day exceeds this."""
     spike_factor: float = Field(default=3.0, gt=1)
+    """Alert when the projected day exceeds this many times the baseline's median."""
     baseline: Annotated[timedelta, Between("1h", "30d")] = timedelta(hours=24)
+    """The trailing span whose daily projections form the baseline."""
     min_baseline_samples: int = Field(default=3, ge=1)
+    """Projections the baseline needs before spike_factor applies."""
     top_talkers: int = Field(default=5, ge=1)
+    """Sources named in an alert."""
     include_nat: bool = True
+    """Also count the NAT gateways' bytes out."""
     cooldown: Annotated[timedelta, Between("1m", "7d")] = timedelta(hours=1)
+    """The same egress alert is not sent again within this long."""
 
 
 def _retention_covers_baseline(cfg: Any) -> None:

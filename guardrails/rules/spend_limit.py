@@ -40,17 +40,25 @@ from guardrails.timefmt import iso, parse_iso
 
 # -- params: the ``spend`` section ------------------------------------------------------------
 class ScopeConfig(StrictModel):
+    """One spend scope: the account, or resources tagged tag_key=tag_value, with its limits."""
+
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9:_.-]*$")
-    # No tag means the whole account.
+    """The scope's name (the spend gate and burst_reconcile.spend_scope refer to it)."""
     tag_key: str | None = None
+    """No tag means the whole account."""
     tag_value: str | None = None
+    """The tag's value (set with tag_key)."""
     daily_limit_usd: float | None = Field(default=None, gt=0)
+    """The scope's daily limit (UTC day); none: no daily limit."""
     monthly_limit_usd: float | None = Field(default=None, gt=0)
+    """The scope's monthly limit; none: no monthly limit."""
     enforce: bool = False
-    # Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
-    # scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost:
-    # shown in status and the spend messages, never counted against the limits above.
+    """At a limit, scale the scope's Auto Scaling groups to zero and terminate its one-time spot
+    instances (false: alert only)."""
     slurm_accounts: list[str] = []
+    """Slurm accounts of the on-prem core whose GPU-hours (recorded by the core-idle rule) this
+    scope shows beside its cloud spend, priced at core_idle.gpu_hour_usd. Owned, sunk cost: shown
+    in status and the spend messages, never counted against the limits above."""
 
     @model_validator(mode="after")
     def _slurm_accounts(self) -> ScopeConfig:
@@ -69,22 +77,33 @@ class ScopeConfig(StrictModel):
 
 
 class DirectConnectPort(StrictModel):
+    """A Direct Connect port priced without DescribeConnections."""
+
     bandwidth: str
+    """The port speed as the catalog prices it (e.g. 10Gbps)."""
     count: int = Field(default=1, ge=1)
+    """How many such ports."""
 
 
 class SpendConfig(StrictModel):
+    """``spend``: what the fleet spends per scope against daily and monthly limits."""
+
     enabled: bool = True
+    """Run the spend rule."""
     thresholds_percent: list[float] = [50.0, 80.0, 100.0]
+    """Alert when a scope's spend crosses these percentages of a limit."""
     scopes: list[ScopeConfig] = [ScopeConfig(name="account")]
-    # "live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction.
+    """The spend scopes: the whole account or what carries one tag value."""
     spot_price: Literal["live", "catalog-estimate"] = "live"
+    """"live": DescribeSpotPriceHistory; "catalog-estimate": the catalog's spot fraction."""
     cost_explorer: bool = True
-    # Cost Explorer bills each request and updates a few times a day.
+    """Read what Cost Explorer says was spent (beside the daemon's own accrual)."""
     cost_explorer_refresh: Annotated[timedelta, Between("1h", "7d")] = timedelta(hours=6)
-    # Ports to price when DescribeConnections is not wanted (or not allowed); None = discover.
+    """Cost Explorer bills each request and updates a few times a day."""
     direct_connect_ports: list[DirectConnectPort] | None = None
+    """Ports to price when DescribeConnections is not wanted (or not allowed); None = discover."""
     include_lustre: bool = True
+    """Count the FSx for Lustre file systems' hourly cost."""
 
     @model_validator(mode="after")
     def _one_scope_per_slurm_account(self) -> SpendConfig:

@@ -15,7 +15,7 @@ from coreburst.common.catalog import Catalog
 from infra.components import TOKEN_PREFIX
 from infra.config import BurstNode, Cluster
 from infra.efa import efa_layout
-from infra.userdata import SlurmJoin, lustre_efa_client_supported, render_user_data
+from infra.userdata import lustre_efa_client_supported, render_user_data, slurm_join_for
 
 SSM_CORE_POLICY = "arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore"
 CLOUDWATCH_AGENT_POLICY = "arn:aws:iam::aws:policy/CloudWatchAgentServerPolicy"
@@ -175,13 +175,7 @@ class GpuCluster(pulumi.ComponentResource):
         )
 
         lustre_efa = args.lustre_efa and c.efa and lustre_efa_client_supported(c.instance_type)
-        gres_line = None
-        if join is not None and kind == "nvidia":
-            acc = facts.accelerator
-            gres_line = (
-                f"Name=gpu Type={acc.model.lower()} "
-                f"File={join.gpu_device_prefix}[0-{acc.count - 1}]"
-            )
+        catalog = args.catalog
         user_data = pulumi.Output.all(
             args.lustre_dns,
             args.lustre_mount_name,
@@ -194,7 +188,18 @@ class GpuCluster(pulumi.ComponentResource):
                     v[0],
                     v[1],
                     lustre_efa=lustre_efa,
-                    slurm_join=_slurm_join(join, v[2], v[3], gres_line) if join else None,
+                    slurm_join=slurm_join_for(
+                        join.node,
+                        c,
+                        catalog,
+                        region=join.region,
+                        node_tag_key=join.node_tag_key,
+                        munge_key_secret_arn=v[2],
+                        slurm_conf_parameter_arn=v[3],
+                        gpu_device_prefix=join.gpu_device_prefix,
+                    )
+                    if join
+                    else None,
                     per_device_metrics=c.per_device_metrics,
                 ).encode()
             ).decode()
@@ -309,23 +314,6 @@ class GpuCluster(pulumi.ComponentResource):
                 "instance_profile_arn": profile.arn,
             }
         )
-
-
-def _slurm_join(
-    join: SlurmJoinRefs, secret_arn: str, param_arn: str, gres_line: str | None
-) -> SlurmJoin:
-    n = join.node
-    return SlurmJoin(
-        region=join.region,
-        munge_key_secret_arn=secret_arn,
-        slurm_conf_parameter_arn=param_arn,
-        conf_mode=n.conf_mode,
-        node_tag_key=join.node_tag_key,
-        tag_wait_seconds=n.tag_wait_seconds,
-        install_packages=n.install_packages,
-        health_gate=n.health_gate,
-        gres_line=gres_line if n.conf_mode == "file" else None,
-    )
 
 
 def slurm_join_policy(secret_arn: str, parameter_arn: str) -> str:

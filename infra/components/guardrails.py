@@ -72,62 +72,6 @@ def scheduler_trust_policy(function_arn: str, group: str = "default") -> str:
 
 
 SPOT_RULE = "spot-interruption"
-# The two EC2 events the spot-interruption rule reads: source and detail-type as the Amazon
-# EC2 User Guide gives them ("Spot Instance interruption notices", "EC2 instance rebalance
-# recommendations"); one EventBridge rule each, both into one queue.
-SPOT_EVENTS = {
-    "interruption": "EC2 Spot Instance Interruption Warning",
-    "rebalance": "EC2 Instance Rebalance Recommendation",
-}
-
-
-def _spot_events(name: str, child: pulumi.ResourceOptions) -> aws.sqs.Queue:
-    """An SQS queue the stack's EventBridge rules deliver EC2's spot events to. The queue
-    policy lets EventBridge send only for those rules (Amazon EventBridge User Guide, "Using
-    resource-based policies for Amazon EventBridge": Amazon SQS permissions, with
-    aws:SourceArn against the confused deputy). A warning is worth nothing after two minutes:
-    messages are kept an hour."""
-    queue = aws.sqs.Queue(
-        f"{name}-spot-events",
-        message_retention_seconds=3600,
-        sqs_managed_sse_enabled=True,
-        opts=child,
-    )
-    rules = [
-        aws.cloudwatch.EventRule(
-            f"{name}-spot-{kind}",
-            description=f"{detail} -> coreburst guardrails (spot-interruption)",
-            event_pattern=json.dumps({"source": ["aws.ec2"], "detail-type": [detail]}),
-            opts=child,
-        )
-        for kind, detail in SPOT_EVENTS.items()
-    ]
-    aws.sqs.QueuePolicy(
-        f"{name}-spot-events-policy",
-        queue_url=queue.url,
-        policy=pulumi.Output.all(queue.arn, *[r.arn for r in rules]).apply(
-            lambda v: json.dumps(
-                {
-                    "Version": "2012-10-17",
-                    "Statement": [
-                        {
-                            "Effect": "Allow",
-                            "Principal": {"Service": "events.amazonaws.com"},
-                            "Action": "sqs:SendMessage",
-                            "Resource": v[0],
-                            "Condition": {"ArnEquals": {"aws:SourceArn": list(v[1:])}},
-                        }
-                    ],
-                }
-            )
-        ),
-        opts=child,
-    )
-    for kind, rule in zip(SPOT_EVENTS, rules, strict=True):
-        aws.cloudwatch.EventTarget(
-            f"{name}-spot-{kind}-to-queue", rule=rule.name, arn=queue.arn, opts=child
-        )
-    return queue
 
 
 @dataclass
@@ -141,6 +85,9 @@ class GuardrailsArgs:
     daemon_config: Mapping[str, object] = field(default_factory=dict)
     memory_mb: int = 512
     timeout_s: int = 120
+    # The stack's spot events queue (infra/components/spot_events.py): the spot-interruption
+    # rule's role grants its queue calls on it only.
+    spot_queue: aws.sqs.Queue | None = None
 
 
 class Guardrails(pulumi.ComponentResource):
@@ -208,8 +155,11 @@ class Guardrails(pulumi.ComponentResource):
             opts=child,
         )
         # EC2 spot interruption warnings and rebalance recommendations for the
-        # spot-interruption rule, when it is deployed (coreburst/burst/spot_interruption.py).
-        self.spot_queue = _spot_events(name, child) if SPOT_RULE in args.rule_actions else None
+        # spot-interruption rule, when it is deployed: the stack's SpotEvents queue
+        # (infra/components/spot_events.py), declared beside this component.
+        self.spot_queue = args.spot_queue if SPOT_RULE in args.rule_actions else None
+        if SPOT_RULE in args.rule_actions and self.spot_queue is None:
+            raise ValueError("the spot-interruption rule needs the stack's SpotEvents queue")
         self.log_group = aws.cloudwatch.LogGroup(
             f"{name}-logs", name=f"/aws/lambda/{name}-daemon", retention_in_days=90, opts=child
         )

@@ -284,3 +284,40 @@ def test_the_pulumi_step_passes_the_stacks_policy_config_when_it_has_one(
     if policy_config:
         assert args[args.index("--policy-pack-config") + 1] == policy_config
     assert args[args.index("--policy-pack") + 1] == "policies"
+
+
+@pytest.mark.parametrize("controller", ["arn:aws:iam::123456789012:role/burst-controller", ""])
+def test_deploy_runs_the_preflight_after_pulumi_up(tmp_path: Path, controller: str) -> None:
+    """The deploy job's preflight step (issue 34 item 1), run by bash (``bash -e``, as GitHub
+    runs it) with a stand-in ``.venv/bin/python`` that prints its arguments and a ✘ and exits
+    1: the step fails with it, the lines reach the run summary, and the controller's permissions
+    are simulated only for a named controller (else left out, never asked as the deploy role)."""
+    steps = _load("deploy.yml")["jobs"]["deploy"]["steps"]
+    runs = [s.get("run", "") for s in steps]
+    up = next(i for i, r in enumerate(runs) if "pulumi up --stack" in r)
+    (check,) = [i for i, r in enumerate(runs) if "-m coreburst.burst.cli check" in r]
+    assert check > up
+    fake = tmp_path / ".venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\nprintf "%s\\n" "$@"\necho "✘ quota ...: fix: ..."\nexit 1\n')
+    fake.chmod(0o755)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STACK": "burst",
+        "BURST_CONTROLLER_ARN": controller,
+        "GITHUB_STEP_SUMMARY": str(tmp_path / "summary"),
+    }
+    result = subprocess.run(
+        ["bash", "-e", "-c", runs[check]],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 1, result.stderr
+    args = result.stdout.splitlines()[:-1]
+    assert args[:7] == ["-m", "coreburst.burst.cli", "check", "--stack", "burst", "--skip", "slurm"]
+    assert args[7:] == (["--principal", controller] if controller else ["--skip", "permissions"])
+    assert "✘ quota ...: fix: ..." in (tmp_path / "summary").read_text()

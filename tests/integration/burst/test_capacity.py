@@ -65,7 +65,7 @@ def _guardrails_yaml(lab: BurstLab, extra: str = "") -> Path:
         f'state: {{path: "{d}/g.sqlite", audit_log: "{d}/log/g-audit.jsonl"}}\n'
         "metrics_endpoint: {enabled: false}\n"
         f'safety: {{kill_switch_file: "{d}/stop"}}\n'
-        "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, capacity_backoff: 10m, "
+        "burst_reconcile: {enabled: true, stack: lab, spend_scope: null, "
         f"{extra}"
         f'slurm_conf: "{lab.slurm.conf}", burst_audit_log: "{d}/log/burst-audit.jsonl"}}\n'
     )
@@ -111,7 +111,9 @@ def test_no_capacity_for_the_type_or_the_zone_falls_back_within_the_same_request
     """Pool od is p5 with p5e as fallback, in us-east-1a then us-east-1b (the lab stack).
     No p5 in us-east-1a: the job runs on a p5e there; then no p5e there either: the next job
     runs on a p5 in us-east-1b. One CreateFleet each, Overrides in that order (EC2 API
-    reference, CreateFleet: ``prioritized`` takes the Overrides by Priority)."""
+    reference, CreateFleet: ``prioritized`` takes the Overrides by Priority). The first job
+    asks for typed GPUs, --gres=gpu:h100:8, as it would on an H100 core: the pool's nodes are
+    typed by instanceType (Gres=gpu:h100:8), so Slurm gives it one."""
     slurm, proxy = lab.slurm, lab.proxy
     assert proxy is not None
     proxy.no_capacity = {("p5.48xlarge", "us-east-1a")}
@@ -119,7 +121,18 @@ def test_no_capacity_for_the_type_or_the_zone_falls_back_within_the_same_request
     jobs = []
     try:
         jobs.append(
-            _sbatch(lab, "-p", "burst", "--exclusive", "-N1", "-t", "10", "--wrap", "sleep 30")
+            _sbatch(
+                lab,
+                "-p",
+                "burst",
+                "--exclusive",
+                "-N1",
+                "-t",
+                "10",
+                "--gres=gpu:h100:8",
+                "--wrap",
+                "sleep 30",
+            )
         )
         lab.wait("first job running", lambda: _job(lab, jobs[0])["JobState"] == "RUNNING", 60)
         first = _job(lab, jobs[0])["NodeList"]
@@ -178,6 +191,9 @@ def test_capacity_error_requeues_at_once_and_the_pool_backs_off_at_once(lab: Bur
         node = str(failed["nodes"])
         assert node in ("od-1", "od-2") and failed["code"] == ICE
         assert failed["error_class"] == "capacity"
+        # the one capacity back-off (coreburst:burst.capacityBackoffS, its default in the lab's
+        # stack): the daemon holds a pool as long as the failure says
+        assert failed["backoff_s"] == 600
         assert proxy.refused == refused + 1
         (backoff,) = [e for e in new if e["event"] == "resume.backoff"]
         assert len(backoff["choices"]) == 4  # type: ignore[arg-type]

@@ -63,11 +63,12 @@ def test_rendered_conf_is_accepted_by_slurmctld(burst_lab: BurstLab) -> None:
         assert n["CPUTot"] == str(facts.vcpus)
         assert n["RealMemory"] == str(int(facts.memory_gib * 1024 * 0.95))
         features = n["AvailableFeatures"].split(",")
-        if node.startswith("od-"):  # p5 or its fallback p5e (H100 or H200): untyped GPUs
-            assert n["Gres"] == f"gpu:{facts.accelerator.count}"
+        # typed GPUs on every pool, od (p5 with its fallback p5e) included: typed by its
+        # instanceType's H100, so a job asking --gres=gpu:h100:8 fits it
+        assert n["Gres"] == f"gpu:{facts.accelerator.model.lower()}:{facts.accelerator.count}"
+        if node.startswith("od-"):  # p5 or its fallback p5e: only what both share is a feature
             assert "p5.48xlarge" not in features and "nvidia" in features
         else:
-            assert n["Gres"] == f"gpu:{facts.accelerator.model.lower()}:{facts.accelerator.count}"
             assert "p5.48xlarge" in features
     parts = burst_lab.slurm.run("sinfo", "-h", "-o", "%P %l %N").stdout.split("\n")
     table = {p.split()[0].rstrip("*"): p.split()[1:] for p in parts if p.strip()}

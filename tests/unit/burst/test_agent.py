@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from coreburst.burst import agent as burst_agent
 from coreburst.burst import fast
 from coreburst.burst.agent import BadRequest, parse_request
 from coreburst.burst.config import load_burst_stack
@@ -256,6 +257,64 @@ def test_socket_is_0600_and_a_second_agent_is_refused(agent: Agent) -> None:
         == f"error: --socket {agent.sock}: another agent is listening there; stop it first\n"
     )
     assert agent.run("suspend", "od-2").returncode == 0  # the first agent still serves
+
+
+def _stale_socket(path: Path) -> None:
+    """A socket file with no one listening: what an agent that died leaves."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))
+
+
+def test_a_regular_file_at_the_socket_path_is_never_deleted(agent: Agent) -> None:
+    """Issue 33: --socket naming an existing regular file deleted it and bound there."""
+    precious = agent.root / "precious.txt"
+    precious.write_text("not the agent's\n")
+    out = subprocess.run(
+        [*CLI, "agent", "--stack", "t", "--stack-dir", str(agent.root), "--socket", str(precious)],
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert out.returncode == 2
+    assert out.stderr == (
+        f"error: --socket {precious}: a regular file stands there; remove it yourself or give "
+        "another --socket\n"
+    )
+    assert precious.read_text() == "not the agent's\n"
+
+
+@pytest.mark.parametrize("what", ["directory", "symbolic link", "other user's socket"])
+def test_the_agent_binds_only_over_its_own_stale_socket(tmp_path: Path, what: str) -> None:
+    path = tmp_path / "agent.sock"
+    if what == "directory":
+        path.mkdir()
+        said = "a directory stands there"
+    elif what == "symbolic link":  # even to a stale socket: the link is not the agent's
+        _stale_socket(tmp_path / "elsewhere.sock")
+        path.symlink_to(tmp_path / "elsewhere.sock")
+        said = "a symbolic link stands there"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("giving a socket to another user needs root")
+        _stale_socket(path)
+        os.chown(path, 4242, 4242, follow_symlinks=False)
+        said = f"a socket of uid 4242 stands there, not this user's (uid {os.geteuid()})"
+    before = path.lstat()
+    with pytest.raises(burst_agent.AgentError) as err:
+        burst_agent.bind(path)
+    assert str(err.value) == f"--socket {path}: {said}; remove it yourself or give another --socket"
+    after = path.lstat()
+    assert (after.st_ino, after.st_mode, after.st_uid) == (
+        before.st_ino, before.st_mode, before.st_uid,
+    )  # fmt: skip
+
+    stale = tmp_path / "stale.sock"  # its own stale socket is replaced, and served
+    _stale_socket(stale)
+    with burst_agent.bind(stale) as listener, socket.socket(socket.AF_UNIX) as client:
+        client.connect(str(stale))
+        assert stale.stat().st_mode & 0o777 == 0o600 and listener.accept()
 
 
 def test_bad_request_answered_with_one_line(agent: Agent) -> None:

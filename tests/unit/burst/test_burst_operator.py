@@ -10,13 +10,16 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
+
 from coreburst.burst.holds import ICE, OPERATOR_RELEASED, holds
 from coreburst.burst.reconcile import BurstReconcileConfig, Instance, plan
 from guardrails.adapters.slurm import parse_nodes
+from guardrails.configfile import ConfigError, parse_config
 from tests.helpers.slurm_fakes import node_line
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
-P = BurstReconcileConfig(enabled=True, stack="lab", capacity_backoff=timedelta(minutes=30))
+P = BurstReconcileConfig(enabled=True, stack="lab")
 
 
 def _ev(minutes_ago: float, event: str, **kw: Any) -> dict[str, Any]:
@@ -24,11 +27,11 @@ def _ev(minutes_ago: float, event: str, **kw: Any) -> dict[str, Any]:
 
 
 def test_released_backoff_stays_released_until_a_new_failure() -> None:
-    ice = _ev(10, "resume.failed", nodes="od-1", code=ICE)
+    ice = _ev(10, "resume.failed", nodes="od-1", code=ICE, backoff_s=1800)
     assert [h.pool for h in holds([ice], NOW, P)] == ["od"]
     released = _ev(5, OPERATOR_RELEASED, pool="od")
     assert holds([ice, released], NOW, P) == []
-    again = _ev(1, "resume.failed", nodes="od-2", code=ICE)
+    again = _ev(1, "resume.failed", nodes="od-2", code=ICE, backoff_s=1800)
     (h,) = holds([ice, released, again], NOW, P)
     assert h.pool == "od" and h.reservation.startswith("coreburst-backoff-od-")
     # Another pool's release changes nothing for od.
@@ -46,6 +49,24 @@ def test_release_forgives_earlier_bootstrap_failures_but_new_ones_protect_again(
     assert [h.reservation for h in holds([*fails, released, *three_more], NOW, P)] == [
         "coreburst-protect-od"
     ]
+
+
+def test_the_backoff_is_the_one_the_resume_program_wrote() -> None:
+    """One capacity back-off: the stack's capacityBackoffS, which the resume program writes on
+    each failure (``backoff_s``); an event without it (an older resume program) is held for
+    the key's default, 600 s. The daemon's own key is gone, with one line saying where."""
+    (h,) = holds([_ev(10, "resume.failed", nodes="od-1", code=ICE, backoff_s=1800)], NOW, P)
+    assert h.minutes == 20 and "no launches for 0:30:00" in h.why
+    assert holds([_ev(10, "resume.failed", nodes="od-1", code=ICE, backoff_s=300)], NOW, P) == []
+    (h,) = holds([_ev(4, "resume.failed", nodes="od-1", code=ICE)], NOW, P)
+    assert h.minutes == 6
+    with pytest.raises(ConfigError) as err:
+        parse_config(
+            "burst_reconcile: {enabled: true, stack: lab, capacity_backoff: 30m}", "g.yaml"
+        )
+    msg = str(err.value)
+    assert "capacity_backoff" in msg and "coreburst:burst.capacityBackoffS" in msg
+    assert "\n" not in msg
 
 
 def test_failed_resume_nodes_left_down_go_back_to_the_pool_operator_downs_stay() -> None:

@@ -231,14 +231,26 @@ def test_bad_fallbacks_are_one_line(tmp_path: Path, change: dict[str, Any], mess
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
-def test_mixed_gpu_models_get_an_untyped_gres_that_fits_either(tmp_path: Path) -> None:
+def test_mixed_gpu_models_are_typed_by_the_instance_type_they_stand_in_for(
+    tmp_path: Path,
+) -> None:
+    """p5 (H100) with a p5e (H200) fallback: Slurm gives a node one GRES type per name
+    (slurm.conf(5) NodeName "Gres=<name>[:<type>]:<count>" and GresTypes,
+    https://slurm.schedmd.com/slurm.conf.html; gres.conf(5) "Type=",
+    https://slurm.schedmd.com/gres.conf.html), fixed before the instance exists, so
+    the pool is typed h100, its instanceType's model, and a job asking --gres=gpu:h100:8 (as on
+    an H100 core) fits it; both files say a node may come up as H200 instead. Features keep
+    only what every type shares (no h100, no instance type)."""
     stack = _stack(tmp_path, [OD])
     (ns,) = node_sets(stack)
-    assert ns.gpu_type is None and ns.gpus == 8
+    assert ns.gpu_type == "h100" and ns.gpus == 8
     assert "p5.48xlarge" not in ns.features and "h100" not in ns.features
     conf = render_slurm_include(stack)
-    assert "Gres=gpu:8 " in conf
-    assert "Name=gpu File=/dev/nvidia[0-7]" in render_gres(stack)
+    assert "Gres=gpu:h100:8 " in conf and "\nGresTypes=gpu\n" in conf
+    assert "a node may launch as p5e.48xlarge (H200) in its place" in conf
+    gres = render_gres(stack)
+    assert "NodeName=od-[1-4] Name=gpu Type=h100 File=/dev/nvidia[0-7]" in gres
+    assert "# od: typed h100; a node may launch as p5e.48xlarge (H200) in its place" in gres
 
 
 def test_the_error_table() -> None:

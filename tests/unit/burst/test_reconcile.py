@@ -385,13 +385,15 @@ def test_capacity_error_holds_the_pool_for_the_backoff(
     ec2: Any, slurm: FakeSlurm, tmp_path: Path
 ) -> None:
     """An InsufficientInstanceCapacity resume failure 10 min ago: the pool's idle cloud nodes
-    go into a MAINT reservation ending when the 30 min backoff does; once, and only that
-    pool. Another error code, or one older than the backoff, holds nothing."""
+    go into a MAINT reservation ending when the 30 min backoff the resume program wrote on it
+    (the stack's capacityBackoffS: 1800) does; once, and only that pool. Another error code, or
+    one older than its backoff, holds nothing."""
     now = datetime.now(UTC) + timedelta(hours=1)
     log = tmp_path / "burst-audit.jsonl"
-    _burst_event(log, now - timedelta(minutes=10), "resume.failed", nodes="od-[1-2]", code=ICE)
+    ice = {"code": ICE, "backoff_s": 1800}
+    _burst_event(log, now - timedelta(minutes=10), "resume.failed", nodes="od-[1-2]", **ice)
     _burst_event(log, now - timedelta(minutes=5), "resume.failed", nodes="sp-1", code="Unsupported")
-    _burst_event(log, now - timedelta(minutes=50), "resume.failed", nodes="cb-1", code=ICE)
+    _burst_event(log, now - timedelta(minutes=50), "resume.failed", nodes="cb-1", **ice)
     with log.open("a") as f:
         f.write("not json\n")
     slurm.set_nodes(
@@ -401,7 +403,7 @@ def test_capacity_error_holds_the_pool_for_the_backoff(
         node_line("sp-1", "IDLE+CLOUD+POWERED_DOWN"),
         node_line("cb-1", "IDLE+CLOUD+POWERED_DOWN"),
     )
-    extra = f', burst_audit_log: "{log}", capacity_backoff: 30m'
+    extra = f', burst_audit_log: "{log}"'
     report, audit = cycle(tmp_path, slurm, extra=extra)
     assert report.errors == []
     (create,) = slurm.creates()

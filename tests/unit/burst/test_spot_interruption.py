@@ -25,10 +25,17 @@ from typing import Any
 
 import boto3
 import botocore.session
+import moto.sqs.models
 import pytest
 from moto import mock_aws
 
-from coreburst.burst.spot_interruption import REASON_PREFIX, WATCH_KEY, SpotEvent, parse_event
+from coreburst.burst.spot_interruption import (
+    MAX_TRIES,
+    REASON_PREFIX,
+    WATCH_KEY,
+    SpotEvent,
+    parse_event,
+)
 from coreburst.sandbox.clocks import FakeClock
 from guardrails.adapters.aws import Aws
 from guardrails.config import ConfigError
@@ -605,6 +612,93 @@ def test_an_unreadable_message_is_reported_and_dropped(world: World) -> None:
     report, events = world.cycle()
     assert [e["why"] for e in events if e["event"] == "spot.unreadable"] == ["not JSON"]
     assert report.errors and world.queued() == 0 and world.slurm.calls() == []
+
+
+def _later(world: World, monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The next cycle, ``seconds`` on: the daemon's clock, and moto's SQS clock (what makes a
+    received message visible again after its VisibilityTimeout)."""
+    world.clock.advance(timedelta(seconds=seconds))
+    real = moto.sqs.models.unix_time_millis
+    monkeypatch.setattr(moto.sqs.models, "unix_time_millis", lambda: real() + seconds * 1000)
+
+
+def _set_aside_alerts(world: World) -> list[dict[str, Any]]:
+    return [a for a in world.outbox() if a["key"].startswith("spot:set-aside:")]
+
+
+def test_a_lone_surrogate_in_the_id_is_set_aside_and_the_warning_behind_it_acts(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 33: an event id holding text that is not valid UTF-8 (a lone surrogate, as the
+    JSON escape \\udc80 decodes) failed the rule in every cycle, and a real warning queued
+    behind it was never acted on. It is set aside at once with one alert; the warning is acted
+    on in the same cycle."""
+    iid = world.launch()
+    world.slurm.jobs(j42=("RUNNING", 0))
+    poison = json.loads((EVENTS / "spot_interruption_warning.json").read_text())
+    poison.update(id="e-\udc80-1", region="us-east-1")
+    poison["detail"]["instance-id"] = iid
+    body = json.dumps(poison)  # JSON's own escape: valid JSON, its id not valid text
+    assert '"id": "e-\\udc80-1"' in body
+    world.sqs.send_message(QueueUrl=world.queue, MessageBody=body)
+    world.send("spot_interruption_warning.json", iid, event_id="real")
+
+    report, events = world.cycle()
+    assert [w[:2] for w in world.slurm.writes()[:2]] == [
+        ["scontrol", "update"], ["scancel", "--signal=USR1"],
+    ]  # fmt: skip
+    assert world.watch()[iid]["event_id"] == "real"
+    (aside,) = [e for e in events if e["event"] == "spot.set-aside"]
+    assert aside["why"] == "id 'e-\\\\udc80-1' is not valid Unicode text" and aside["tries"] == 1
+    assert any("set aside: id 'e-\\\\udc80-1'" in e for e in report.errors)
+    (alert,) = _set_aside_alerts(world)
+    # the alert's JSON doubles each backslash of the escaped id
+    assert "Why: id 'e-\\\\\\\\udc80-1' is not valid Unicode text" in _text(alert)
+    assert world.queued() == 0
+
+    _later(world, monkeypatch, 60)
+    _, events = world.cycle()
+    assert not [e for e in events if e["event"].startswith("spot.set-aside")]
+    assert len(_set_aside_alerts(world)) == 1
+
+
+def test_a_message_failing_every_cycle_is_set_aside_after_max_tries(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A warning whose node cannot be drained (Slurm refuses that node) is tried MAX_TRIES
+    times (SQS's ApproximateReceiveCount), then deleted with one alert; the warning behind it
+    is acted on in the first cycle."""
+    lines = [node_line(n, "ALLOCATED+CLOUD", "", "2026-12-04T00:50:00") for n in ("sp-bad", "sp-1")]
+    (world.slurm.dir / "nodes.txt").write_text("".join(f"{ln}\n" for ln in lines))
+    tool = world.slurm.dir / "scontrol"
+    shebang, rest = tool.read_text().split("\n", 1)
+    tool.write_text(
+        f"{shebang}\nimport sys\nif 'update' in sys.argv and 'nodename=sp-bad' in sys.argv:\n"
+        "    sys.exit(print('slurm_update error: Invalid node name specified', file=sys.stderr)"
+        f" or 1)\n{rest}"
+    )
+    bad, good = world.launch("sp-bad"), world.launch("sp-1")
+    world.send("spot_interruption_warning.json", bad, event_id="bad")
+    world.send("spot_interruption_warning.json", good, event_id="good")
+
+    tries = []
+    for cycle in range(1, MAX_TRIES + 1):
+        report, events = world.cycle()
+        if cycle == 1:
+            assert world.watch().keys() == {good}  # acted on behind the failing one
+        tries += [(e["event"], e["tries"]) for e in events if e["event"].startswith("spot.")
+                  and e.get("event_id", "bad") == "bad" and "tries" in e]  # fmt: skip
+        assert any("Invalid node name specified" in e for e in report.errors)
+        _later(world, monkeypatch, 31 * cycle)
+    assert tries == [("spot.retry", n) for n in range(1, MAX_TRIES)] + [
+        ("spot.set-aside", MAX_TRIES)
+    ]
+    (alert,) = _set_aside_alerts(world)
+    assert f"spot interruption of {bad}, event bad" in _text(alert)
+    assert f"after {MAX_TRIES} deliveries" in _text(alert)
+    assert world.queued() == 0
+    world.cycle()
+    assert len(_set_aside_alerts(world)) == 1
 
 
 def test_declares_exactly_the_aws_calls_it_makes(world: World) -> None:

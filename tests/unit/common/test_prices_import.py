@@ -9,6 +9,7 @@ the service price list file for an AWS service" (``products`` keyed by SKU with
 
 from __future__ import annotations
 
+import copy
 import json
 import shutil
 from pathlib import Path
@@ -350,3 +351,184 @@ def test_an_ec2_product_missing_an_attribute_is_not_taken_for_the_catalogs(
     assert r.exit_code == 0, r.output
     assert "-> 98 (" not in r.stdout
     assert "instances.p5.48xlarge.on_demand_usd_per_hour.us-east-1: 55.04" in r.stdout
+
+
+# -- the real offer excerpts (tests/fixtures/aws/offers/real/README.md: published by opencost) --
+REAL = OFFERS / "real"
+REAL_USE1 = REAL / "opencost-AmazonEC2-us-east-1.json"  # p4d.24xlarge $32.7726/Hrs, Capacity Block
+REAL_USE2 = REAL / "opencost-AmazonEC2-us-east-2.json"  # m5.large: only a 3yr upfront fee
+P4D = "instances.p4d.24xlarge.on_demand_usd_per_hour"
+
+
+def _p4d(catalog: Path, region: str) -> float:
+    return (
+        parse_catalog(catalog.read_text())
+        .instance("p4d.24xlarge")
+        .on_demand_usd_per_hour[region]
+        .value
+    )
+
+
+def _dims(d: dict[str, Any], sku: str) -> list[dict[str, Any]]:
+    return [
+        dim for t in d["terms"]["OnDemand"][sku].values() for dim in t["priceDimensions"].values()
+    ]
+
+
+def test_the_real_excerpt_takes_the_on_demand_hour_and_not_the_capacity_block(
+    catalog: Path,
+) -> None:
+    r = run(REAL_USE1, "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    assert (
+        f"  changed {P4D}.us-east-1: 21.96 (ref 2025-06) -> 32.7726 (aws-price-list 2024-05-28)"
+        "  [sku H7NGEAC6UEHNTKSJ]\n" in r.stdout
+    )
+    assert "YSXJGN78QTXNVGDQ" not in r.stdout  # the Capacity Block product, $0 an hour
+    assert "wrote 1 price(s)" in r.stdout
+    assert _p4d(catalog, "us-east-1") == 32.7726
+
+
+def test_the_real_excerpts_upfront_fee_is_never_an_hourly_price(catalog: Path) -> None:
+    """m5.large's only term in the excerpt is a 3-year All Upfront one ($1161 per Quantity):
+    the type is not in the catalog, and it is listed so, with why it has no hourly price."""
+    before = catalog.read_bytes()
+    r = run(REAL_USE2, "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    assert (
+        "  not in catalog m5.large on-demand in us-east-2: its term 8D49XP354UEYTHGM.MZU6U2429S "
+        "is a reserved one (LeaseContractLength 3yr, OfferingClass convertible, PurchaseOption "
+        "All Upfront), not on-demand (sku 8D49XP354UEYTHGM): add it to catalog.yaml by hand to "
+        "use it\n" in r.stdout
+    )
+    assert "p3.8xlarge" not in r.stdout and "M6UGCCQ3CDJQAA37" not in r.stdout  # Windows, EBS
+    assert f"not in offer {P4D}.us-east-2: kept as it is" in r.stdout
+    assert "nothing to write" in r.stdout
+    assert catalog.read_bytes() == before
+
+
+@pytest.mark.parametrize(
+    ("variant", "said"),
+    [
+        (
+            "reserved",  # the issue's case: the excerpt's entry as p4d.24xlarge
+            "its term 8D49XP354UEYTHGM.MZU6U2429S is a reserved one (LeaseContractLength 3yr, "
+            "OfferingClass convertible, PurchaseOption All Upfront), not on-demand",
+        ),
+        (
+            "fee-only",  # ... and without the reserved term's attributes: the unit tells
+            "its on-demand price 'Upfront Fee' is $1161 per 'Quantity', not per 'Hrs'",
+        ),
+    ],
+    ids=["reserved", "fee-only"],
+)
+def test_a_fee_is_not_imported_as_p4ds_hourly_price(
+    catalog: Path, tmp_path: Path, variant: str, said: str
+) -> None:
+    def edit(d: dict[str, Any]) -> None:
+        _attrs(d, "8D49XP354UEYTHGM")["instanceType"] = "p4d.24xlarge"
+        if variant == "fee-only":
+            for term in d["terms"]["OnDemand"]["8D49XP354UEYTHGM"].values():
+                term["termAttributes"] = {}
+
+    before = catalog.read_bytes()
+    r = run(_edit(tmp_path, REAL_USE2, edit), "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    assert (
+        f"  not priced p4d.24xlarge on-demand in us-east-2 (sku 8D49XP354UEYTHGM): {said}\n"
+        in r.stdout
+    )
+    assert "-> 1161" not in r.stdout and "nothing to write" in r.stdout
+    assert catalog.read_bytes() == before
+
+
+def test_a_price_per_minute_is_not_an_hourly_price(catalog: Path, tmp_path: Path) -> None:
+    def edit(d: dict[str, Any]) -> None:
+        for dim in _dims(d, "H7NGEAC6UEHNTKSJ"):
+            dim.update(unit="Mins", pricePerUnit={"USD": "0.5462100000"})
+
+    before = catalog.read_bytes()
+    r = run(_edit(tmp_path, REAL_USE1, edit), "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    assert (
+        "  not priced p4d.24xlarge on-demand in us-east-1 (sku H7NGEAC6UEHNTKSJ): its on-demand "
+        "price '$32.7726 per On Demand Linux p4d.24xlarge Instance Hour' is $0.54621 per 'Mins', "
+        "not per 'Hrs'\n" in r.stdout
+    )
+    assert catalog.read_bytes() == before
+
+
+def test_a_reserved_term_under_reserved_is_not_read(catalog: Path, tmp_path: Path) -> None:
+    """terms.Reserved (here a copy of the on-demand term at $9 with a lease) is never read."""
+
+    def edit(d: dict[str, Any]) -> None:
+        term = copy.deepcopy(d["terms"]["OnDemand"]["H7NGEAC6UEHNTKSJ"])
+        for t in term.values():
+            t["termAttributes"] = {"LeaseContractLength": "1yr", "PurchaseOption": "No Upfront"}
+            for dim in t["priceDimensions"].values():
+                dim["pricePerUnit"]["USD"] = "9.0000000000"
+        d["terms"]["Reserved"] = {"H7NGEAC6UEHNTKSJ": term}
+
+    r = run(_edit(tmp_path, REAL_USE1, edit), "--catalog", catalog, "--write")
+    assert r.exit_code == 0, r.output
+    assert _p4d(catalog, "us-east-1") == 32.7726
+
+
+@pytest.mark.parametrize(("usd", "times"), [("2196.0000000000", "100.0x up"), ("4.0", "5.5x down")])
+def test_a_change_over_3x_is_refused_unless_accepted(
+    catalog: Path, tmp_path: Path, usd: str, times: str
+) -> None:
+    def edit(d: dict[str, Any]) -> None:
+        for dim in _dims(d, "H7NGEAC6UEHNTKSJ"):
+            dim["pricePerUnit"]["USD"] = usd
+
+    offer = _edit(tmp_path, REAL_USE1, edit)
+    before = catalog.read_bytes()
+    for write in ((), ("--write",)):  # the dry run says so too
+        r = run(offer, "--catalog", catalog, *write)
+        assert r.exit_code == 2, r.output
+        assert f"({times}: over 3x, refused without --accept-change)" in r.stdout
+        err = r.stderr.strip()
+        assert err == (
+            f"error: {offer}: 1 price(s) change more than 3x ({P4D}.us-east-1 21.96 -> "
+            f"{float(usd):g}, {times}); nothing written. Check the offer; if the new price is "
+            "right, pass --accept-change with the figure's path"
+        )
+        assert catalog.read_bytes() == before
+
+    r = run(offer, "--catalog", catalog, "--write", "--accept-change", f"{P4D}.us-east-1")
+    assert r.exit_code == 0, r.output
+    assert f"({times}: accepted by --accept-change)" in r.stdout
+    assert _p4d(catalog, "us-east-1") == float(usd)
+
+
+def test_accept_change_naming_no_figure_is_one_line(catalog: Path) -> None:
+    r = run(REAL_USE1, "--catalog", catalog, "--accept-change", f"{P4D}.us-west-2")
+    assert r.exit_code == 2, r.output
+    assert r.stderr == (
+        f"error: --accept-change {P4D}.us-west-2: the offer prices no such catalog figure in "
+        "us-east-1; give the figure's path as the diff prints it\n"
+    )
+
+
+def test_many_products_not_in_the_catalog_are_listed_on_one_line(
+    catalog: Path, tmp_path: Path
+) -> None:
+    """A whole region's offer prices hundreds of types the catalog lacks: each is named, on one
+    line (the products here are the excerpt's p4d renamed to types the catalog lacks)."""
+
+    def edit(d: dict[str, Any]) -> None:
+        for i in range(12):
+            sku = f"MADEUP{i:02d}"
+            d["products"][sku] = copy.deepcopy(d["products"]["H7NGEAC6UEHNTKSJ"])
+            d["products"][sku]["attributes"]["instanceType"] = f"m7i.{i}xlarge"
+            d["terms"]["OnDemand"][sku] = d["terms"]["OnDemand"]["H7NGEAC6UEHNTKSJ"]
+
+    r = run(_edit(tmp_path, REAL_USE1, edit), "--catalog", catalog)
+    assert r.exit_code == 0, r.output
+    (line,) = [x for x in r.stdout.splitlines() if "not in catalog" in x]
+    assert line.startswith(
+        "  not in catalog 12 products of the offer (add one to catalog.yaml by hand to use it): "
+        "m7i.0xlarge on-demand in us-east-1: $32.7726 (sku MADEUP00); "
+    )
+    assert all(f"m7i.{i}xlarge on-demand" in line for i in range(12))

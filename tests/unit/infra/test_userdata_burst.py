@@ -24,9 +24,12 @@ What the join block does, and the documents it follows:
   daemon with the given nodename"); slurmctld needs ``SlurmctldParameters=enable_configless``.
   Debian's slurmd.service reads ``SLURMD_OPTIONS`` from ``/etc/default/slurmd``.
 
-The block runs for real in bash with the machine's coreutils; ``curl``, ``aws``, ``systemctl``,
-``chown``, ``slurmd`` and ``munged`` are FAKES MADE BY US (below), which answer as the pages above
-document and record every call.
+The block runs for real in bash with the machine's coreutils and python3 (the health gate,
+coreburst/burst/node_gate.py); ``curl``, ``aws``, ``systemctl``, ``chown``, ``scontrol``,
+``slurmd``, ``munged`` and the gate's probes (``nvidia-smi``, ``dcgmi``, ``fi_info``, answering
+from tests/fixtures/health) are FAKES MADE BY US (tests/helpers/node_boot.py), which answer as
+the pages above document and record every call. tests/integration/burst/test_node_boot.py runs
+the whole user data of the example burst stack in Debian with its real slurmd and munge.
 """
 
 from __future__ import annotations
@@ -48,7 +51,18 @@ from infra.config import StackConfigError
 from infra.offline import FAKE_ACCOUNT, Evaluation, _Mocks, evaluate_config
 from infra.userdata import JOIN_BEGIN, JOIN_END, SlurmJoin, render_slurm_join
 from tests.helpers.burst import with_on_prem
+from tests.helpers.node_boot import (
+    FAKE_APT,
+    FAKE_AWS,
+    FAKE_CURL,
+    FAKE_PROBE,
+    HEALTH,
+    PROBES,
+    RECORDER,
+    burst_user_data,
+)
 
+REPO = Path(__file__).resolve().parents[3]
 REGION = "us-east-1"
 SECRET_ARN = f"arn:aws:secretsmanager:{REGION}:{FAKE_ACCOUNT}:secret:coreburst-munge-AbCdEf"
 PARAM_ARN = f"arn:aws:ssm:{REGION}:{FAKE_ACCOUNT}:parameter/coreburst/dev/slurm/conf-server"
@@ -149,74 +163,8 @@ def test_bad_join_settings_are_one_line_errors(
 
 # -- the join block, run ----------------------------------------------------------------------
 
-FAKE_CURL = r"""#!/bin/bash
-# MADE UP BY US: IMDSv2 as "Retrieve instance metadata" and "View tags ... using instance
-# metadata" document it (token by PUT, reads with the token header, 404 for a missing tag).
-echo "curl $*" >> "$FAKE_LOG"
-method=GET; url=""; token=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    -X) method=$2; shift ;;
-    -H) case "$2" in "X-aws-ec2-metadata-token: "*) token=${2#*: } ;; esac; shift ;;
-    http*) url=$1 ;;
-  esac
-  shift
-done
-base=http://169.254.169.254/latest
-if [ "$url" = "$base/api/token" ]; then
-  [ "$method" = PUT ] || exit 22
-  echo -n "$FAKE_TOKEN"; exit 0
-fi
-[ "$token" = "$FAKE_TOKEN" ] || { echo "curl: (22) 401" >&2; exit 22; }
-case "$url" in
-  "$base/meta-data/instance-id") echo -n "$FAKE_IID" ;;
-  "$base/meta-data/instance-type") echo -n p5.48xlarge ;;
-  "$base/meta-data/tags/instance/$FAKE_TAG_KEY")
-    n=$(( $(cat "$FAKE_DIR/polls" 2>/dev/null || echo 0) + 1 )); echo $n > "$FAKE_DIR/polls"
-    # The tag lands after the instance boots (the resume program tags after CreateFleet).
-    if [ -n "$FAKE_NODE" ] && [ "$n" -gt 2 ]; then echo -n "$FAKE_NODE"; else
-      echo "curl: (22) The requested URL returned error: 404" >&2; exit 22; fi ;;
-  *) exit 22 ;;
-esac
-"""
 
-FAKE_AWS = r"""#!/bin/bash
-# MADE UP BY US: the AWS CLI's answers for GetSecretValue (SecretBinary, base64 with
-# --output text) and GetParameter (Parameter.Value); AccessDenied when FAKE_DENY names the call.
-echo "aws $*" >> "$FAKE_LOG"
-case "$1 $2" in
-  "secretsmanager get-secret-value")
-    if [ "$FAKE_DENY" = secret ]; then
-      echo "An error occurred (AccessDeniedException) when calling the GetSecretValue operation" >&2
-      exit 254
-    fi
-    cat "$FAKE_DIR/secret.b64" ;;
-  "ssm get-parameter")
-    if [ "$FAKE_DENY" = parameter ]; then
-      echo "An error occurred (ParameterNotFound) when calling the GetParameter operation" >&2
-      exit 254
-    fi
-    printf '%s\n' "$FAKE_PARAM" ;;
-  *) exit 252 ;;
-esac
-"""
-
-RECORDER = (
-    '#!/bin/sh\n# MADE UP BY US: records the call.\necho "$(basename "$0") $*" >> "$FAKE_LOG"\n'
-)
-# MADE UP BY US: "installs" slurmd and munged (recorders) next to itself.
-FAKE_APT = RECORDER + (
-    'for t in slurmd munged; do printf \'%s\' "$(cat "$0.recorder")" > "$(dirname "$0")/$t"; '
-    'chmod 755 "$(dirname "$0")/$t"; done\n'
-)
-
-
-# MADE UP BY US: `coreburst burst node-check` (coreburst/burst/node_check.py) recorded, passing
-# or failing as FAKE_CHECK says (its own behaviour: tests/unit/burst/test_node_check.py).
-FAKE_COREBURST = RECORDER + '[ "$FAKE_CHECK" = pass ] || { echo "gpu: 7 of 8" >&2; exit 1; }\n'
-
-
-def _fakes(tmp: Path, tools_present: bool, checker: bool = True) -> Path:
+def _fakes(tmp: Path, tools_present: bool) -> Path:
     bin_dir = tmp / "fakebin"
     bin_dir.mkdir()
     tools = {
@@ -226,11 +174,12 @@ def _fakes(tmp: Path, tools_present: bool, checker: bool = True) -> Path:
         "chown": RECORDER,
         "apt-get": FAKE_APT,
         "apt-get.recorder": RECORDER,
+        "scontrol": RECORDER,
     }
+    for tool, probe in PROBES.items():
+        tools[tool] = FAKE_PROBE.replace("$FAKE_PROBE_NAME", probe)
     if tools_present:
         tools |= {"slurmd": RECORDER, "munged": RECORDER}
-    if checker:
-        tools["coreburst"] = FAKE_COREBURST
     for name, text in tools.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
@@ -248,7 +197,7 @@ def _run_join(
     tools_present: bool = True,
     install: bool = True,
     key: bytes = MUNGE_KEY,
-    check: str = "pass",  # pass | fail | absent (no coreburst on the image) | off (no gate)
+    check: str = "pass",  # pass (p5-healthy) | fail (7 of 8 GPUs) | off (no gate)
 ) -> tuple[subprocess.CompletedProcess[str], Path, list[str]]:
     root = tmp / "root"
     root.mkdir()
@@ -265,17 +214,24 @@ def _run_join(
         gres_line="Name=gpu Type=h100 File=/dev/nvidia[0-7]",
         install_packages=install,
         health_gate=check != "off",
+        gate_expect=(("p5.48xlarge", 8, 32),),
         root=str(root),
     )
     block = "\n".join(render_slurm_join(join))
     log = tmp / "calls.log"
+    health = HEALTH / "p5-healthy"
+    if check == "fail":
+        health = tmp / "health"
+        health.mkdir()
+        for f in (HEALTH / "p5-healthy").iterdir():
+            (health / f.name).write_bytes(f.read_bytes())
+        (health / "nvidia-smi.out").write_bytes((HEALTH / "bad/nvidia-smi-7-gpus.out").read_bytes())
     env = {
         **os.environ,
         # Coreutils from /usr/bin and /bin only: this machine's own slurmd (/usr/sbin) must not
         # stand in for the image's.
-        "PATH": f"{_fakes(tmp, tools_present, check != 'absent')}{os.pathsep}/usr/bin"
-        f"{os.pathsep}/bin",
-        "FAKE_CHECK": check,
+        "PATH": f"{_fakes(tmp, tools_present)}{os.pathsep}/usr/bin{os.pathsep}/bin",
+        "FAKE_HEALTH": str(health),
         "TMPDIR": str(tmp),
         "FAKE_LOG": str(log),
         "FAKE_DIR": str(fake_dir),
@@ -312,6 +268,8 @@ def test_join_reads_tag_key_and_conf_then_starts_slurmd(tmp_path: Path) -> None:
         f'SLURMD_OPTIONS="-N dev-p5-2 --conf-server {CONF_SERVER}"\n'
     )
     assert (root / "etc/coreburst/slurm-node-name").read_text() == "dev-p5-2\n"
+    drop_in = root / "etc/systemd/system/slurmd.service.d/coreburst-configless.conf"
+    assert drop_in.read_text() == "[Unit]\nConditionPathExists=\n"
     assert (tmp_path / "fake/polls").read_text().strip() == "3"
     assert f"instance {INSTANCE_ID} is Slurm node dev-p5-2" in proc.stdout
     # The key: exact bytes, mode 0400, owned by munge, in a 0700 directory, never logged.
@@ -335,37 +293,41 @@ def test_join_reads_tag_key_and_conf_then_starts_slurmd(tmp_path: Path) -> None:
         f"aws ssm get-parameter --region {REGION} --name {PARAM_ARN} --with-decryption "
         "--query Parameter.Value --output text"
     ) in calls
-    services = [c for c in calls if c.startswith(("systemctl ", "coreburst "))]
+    services = [c.split(" -", 1)[0] for c in calls if not c.startswith(("curl", "aws", "ch"))]
     assert services == [
+        # Configless: a drop-in lifts Debian's ConditionPathExists=/etc/slurm/slurm.conf.
+        "systemctl daemon-reload",
         "systemctl restart munge",
-        # The health gate runs before slurmd may register.
-        "coreburst burst node-check --node dev-p5-2 --instance-type p5.48xlarge --gate",
+        # The health gate runs before slurmd may register: GPUs and EFA (DCGM off by default).
+        "nvidia-smi",
+        "fi_info",
         "systemctl enable slurmd",
         "systemctl restart slurmd",
     ]
+    assert "node-gate dev-p5-2: passed" in proc.stdout
+    assert "  ok   efa: 32 EFA devices" in proc.stdout
     assert not [c for c in calls if c.startswith("apt-get")]  # slurmd and munged are present
 
 
 def test_a_node_failing_the_health_gate_never_starts_slurmd(tmp_path: Path) -> None:
     proc, _, calls = _run_join(tmp_path, check="fail")
     assert proc.returncode == 1
+    assert "  FAIL gpus: 7 GPUs, p5.48xlarge has 8" in proc.stdout
     assert "health check failed on dev-p5-2 (p5.48xlarge)" in proc.stderr
     assert "slurmd not started" in proc.stderr
     assert not [c for c in calls if "slurmd" in c and c.startswith("systemctl")]
-
-
-def test_an_image_without_coreburst_does_not_pass_the_gate_silently(tmp_path: Path) -> None:
-    proc, _, calls = _run_join(tmp_path, check="absent")
-    assert proc.returncode == 1
-    assert "coreburst is not installed on this image" in proc.stderr
-    assert "healthGate: false" in proc.stderr
-    assert not [c for c in calls if "slurmd" in c and c.startswith("systemctl")]
+    # slurmctld is told: DOWN with the reason (the job requeues), then powered down.
+    assert [c for c in calls if c.startswith("scontrol")] == [
+        "scontrol update nodename=dev-p5-2 state=down reason=coreburst: health check failed: "
+        "gpus: 7 GPUs, p5.48xlarge has 8",
+        "scontrol update nodename=dev-p5-2 state=power_down_force",
+    ]
 
 
 def test_the_gate_can_be_turned_off(tmp_path: Path) -> None:
     proc, _, calls = _run_join(tmp_path, check="off")
     assert proc.returncode == 0, proc.stderr
-    assert not [c for c in calls if c.startswith("coreburst ")]
+    assert not [c for c in calls if c.startswith(("nvidia-smi", "fi_info", "scontrol"))]
     assert "systemctl restart slurmd" in calls
 
 
@@ -378,12 +340,13 @@ def test_file_mode_writes_slurm_conf_and_the_nodes_gres(tmp_path: Path) -> None:
         "NodeName=p5-7 Name=gpu Type=h100 File=/dev/nvidia[0-7]\n"
     )
     assert (root / "etc/default/slurmd").read_text() == 'SLURMD_OPTIONS="-N p5-7"\n'
+    assert not (root / "etc/systemd/system/slurmd.service.d").exists()  # slurm.conf is there
 
 
 def test_missing_slurm_is_installed_with_apt(tmp_path: Path) -> None:
     proc, _, calls = _run_join(tmp_path, tools_present=False)
     assert proc.returncode == 0, proc.stderr
-    assert "apt-get install -y --no-install-recommends slurmd munge" in calls
+    assert "apt-get install -y --no-install-recommends slurmd munge slurm-client" in calls
 
 
 @pytest.mark.parametrize(
@@ -539,3 +502,149 @@ def test_real_munged_accepts_the_key_the_block_wrote(tmp_path: Path) -> None:
     finally:
         daemon.terminate()
         daemon.wait(timeout=10)
+
+
+# -- a node that can boot: what plan refuses, what fits ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("node", "cluster", "message"),
+    [
+        (
+            {},
+            {"instanceType": "trn2.48xlarge"},
+            "burst.node.healthGate: clusters[0] (trn2.48xlarge) has Trainium2 (neuron) "
+            "accelerators and the gate checks NVIDIA GPUs only",
+        ),
+        (
+            {"installPackages": False},
+            {},
+            "burst.node.installPackages: false, but clusters[0] boots the default image (Deep "
+            "Learning Base AMI), which has no slurmd or munge",
+        ),
+        (
+            {"healthGateDcgm": True},
+            {},
+            "burst.node.healthGateDcgm: clusters[0] boots the default image, whose DCGM 4",
+        ),
+        (
+            # EC2 would refuse the launch: user data over 16 KB (test_user_data_fits_ec2s_16_kb)
+            {"healthGate": False},
+            {"instanceType": "trn2.48xlarge"},
+            "bytes; EC2 takes at most 16384 (before base64); a Neuron burst node's publisher and "
+            "Slurm join do not fit together yet",
+        ),
+        (
+            {"healthGateDcgm": True, "healthGate": False},
+            {"amiSsmParameter": "/site/ami/gpu-dcgm3"},
+            "burst.node.healthGateDcgm: true needs healthGate: true",
+        ),
+    ],
+)
+def test_plan_refuses_a_node_that_cannot_boot(
+    dev_config: dict[str, Any], node: dict[str, Any], cluster: dict[str, Any], message: str
+) -> None:
+    cfg = _burst(dev_config, **node)
+    cfg["coreburst:clusters"][0].update(cluster)
+    with pytest.raises(StackConfigError) as err:
+        evaluate_config("dev", cfg)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_plan_says_so_in_one_line_and_exits_2(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from coreburst.cli import app
+
+    text = (REPO / "Pulumi.burst.yaml").read_text()
+    (tmp_path / "Pulumi.burst.yaml").write_text(
+        text.replace("confServer: slurmctld", "installPackages: false\n      confServer: slurmctld")
+    )
+    res = CliRunner().invoke(app, ["plan", "--stack", "burst", "--stack-dir", str(tmp_path)])
+    assert res.exit_code == 2
+    assert "burst.node.installPackages: false, but clusters[0] boots the default image" in (
+        res.stderr
+    )
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+def _join_block(config: dict[str, Any], cluster: str = "dev-p5") -> str:
+    """The join block GpuCluster would render for ``cluster`` (without Pulumi: the program's
+    own rendering is held to this by test_the_chroot_tests_user_data_is_the_programs)."""
+    from coreburst.common.catalog import load_catalog
+    from infra.config import parse_stack_config
+    from infra.userdata import slurm_join_for
+
+    raw = {k.split(":", 1)[1]: v for k, v in config.items() if k.startswith("coreburst:")}
+    catalog = load_catalog()
+    cfg = parse_stack_config({**raw, "region": config["aws:region"]}, catalog)
+    assert cfg.burst is not None and cfg.burst.node is not None
+    c = next(c for c in cfg.clusters if c.name == cluster)
+    join = slurm_join_for(
+        cfg.burst.node,
+        c,
+        catalog,
+        region=cfg.region,
+        node_tag_key=cfg.burst.node_tag_key,
+        munge_key_secret_arn=SECRET_ARN,
+        slurm_conf_parameter_arn=PARAM_ARN,
+    )
+    return "\n".join(render_slurm_join(join))
+
+
+def test_what_an_image_of_ones_own_may_turn_off_or_on(dev_config: dict[str, Any]) -> None:
+    cfg = _burst(dev_config, installPackages=False, healthGateDcgm=True)
+    cfg["coreburst:clusters"][0]["amiSsmParameter"] = "/site/ami/gpu-slurm-dcgm3"
+    block = _join_block(cfg)
+    assert "apt-get" not in block and "--expect=p5.48xlarge=8:32 \\" in block
+    assert "--no-dcgm" not in block
+    block = _join_block(_burst(dev_config, healthGate=False))
+    assert "node-gate" not in block and "systemctl restart slurmd" in block
+
+
+def test_the_gate_expects_each_type_the_cluster_launches(dev_config: dict[str, Any]) -> None:
+    cfg = _burst(dev_config)
+    cfg["coreburst:clusters"][0].update(fallbackInstanceTypes=["p5e.48xlarge"])
+    block = _join_block(cfg)
+    assert "--expect=p5.48xlarge=8:32 --expect=p5e.48xlarge=8:32 --no-dcgm" in block
+    cfg["coreburst:clusters"][0].update(efa=False, fallbackInstanceTypes=[])
+    block = _join_block(cfg)
+    assert "--expect=p5.48xlarge=8:0 --no-dcgm" in block  # no EFA interface, no EFA probe
+
+
+@pytest.fixture(scope="module")
+def burst() -> Evaluation:
+    """The example burst stack (Pulumi.burst.yaml) under mocks."""
+    from infra.offline import evaluate_stack
+
+    return evaluate_stack("burst")
+
+
+def test_user_data_fits_ec2s_16_kb(
+    dev: Evaluation, prod: Evaluation, burst: Evaluation, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """EC2 user guide, "Run commands when you launch an EC2 instance with user data input"
+    (https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/user-data.html): "User data is
+    limited to 16 KB, in raw form, before it is base64-encoded"."""
+    import infra.userdata
+
+    sizes = {}
+    for ev in (dev, prod, burst):
+        for lt in ev.of_type("aws:ec2/launchTemplate:LaunchTemplate"):
+            sizes[lt.name] = len(base64.b64decode(lt.inputs["userData"]))
+    assert max(sizes.values()) <= 16 * 1024, sizes
+    assert sizes["od-lt"] > 10_000  # the gate is in it (about 6 KB of it)
+    monkeypatch.setattr(infra.userdata, "USER_DATA_MAX_BYTES", 8 * 1024)
+    with pytest.raises(ValueError, match=r"user data is \d+ bytes; EC2 takes at most 8192"):
+        burst_user_data(REPO / "Pulumi.burst.yaml", "od", SECRET_ARN, PARAM_ARN)
+
+
+def test_the_chroot_tests_user_data_is_the_programs(burst: Evaluation) -> None:
+    """tests/integration/burst/test_node_boot.py renders without Pulumi (the Slurm chroots have
+    none): what it runs is byte for byte what the launch template carries."""
+    ev = burst
+    secret, param = ev.outputs["slurmMungeKeySecretArn"], ev.outputs["slurmConfParameterArn"]
+    for cluster in ("od", "sp"):
+        assert _script(ev, cluster) == burst_user_data(
+            REPO / "Pulumi.burst.yaml", cluster, secret, param
+        )
