@@ -118,10 +118,14 @@ bench: setup
 
 ## Submit -> running on a burst node on the local Slurm lab, and the resume program's wall time
 ## and EC2 calls at 64 / 500 nodes (needs root and Slurm; not a test); then the resume program's
-## CPU to its first AWS call, direct and through the burst agent (benchmarks/resume_startup.py).
+## CPU to its first AWS call, direct and through the burst agent (benchmarks/resume_startup.py);
+## then requeue -> running again after a capacity failure, a spot interruption and a failed boot
+## check on this host's Slurm (benchmarks/requeue_restart.py; another release:
+## .ci/slurm-chroot.sh 26.05 --run python benchmarks/requeue_restart.py).
 bench-burst: setup
 	$(BIN)/python benchmarks/burst_resume.py --sizes $(if $(SIZES),$(SIZES),64,500)
 	$(BIN)/python benchmarks/resume_startup.py
+	$(BIN)/python benchmarks/requeue_restart.py
 
 ## cost report over a 30-day window of 100,000 and 1,000,000 generated job runs (recorded
 ## 22.05 sacct --json layout, a sacct stand-in on PATH): wall, CPU, peak RSS, totals

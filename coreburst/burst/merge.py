@@ -140,6 +140,14 @@ RULES: dict[str, Rule] = {
             "as CommunicationParameters; from 23.02 the fragment leaves PrivateData to the site",
         ),
         Rule(
+            "PrologSlurmctld",
+            "scalar",
+            "(Slurm 22.05 only, when the site sets none) a PrologSlurmctld, so a job requeued "
+            "off a cloud node that was powering up can start on a core node",
+            "a site PrologSlurmctld does the same: render with --site-conf and burst.conf "
+            "leaves it alone",
+        ),
+        Rule(
             "SlurmctldParameters",
             "list",
             "replaces the site's whole SlurmctldParameters list (the last value wins)",

@@ -39,10 +39,12 @@ unit ordered ``Before=slurmd.service`` that slurmd ``Requires=``, or the user-da
   the job at once rather than at ResumeTimeout), its Comment says why, and
   ``state=power_down_force`` makes slurmctld run the SuspendProgram, which terminates the
   instance; the node is ``idle~`` again, so the requeued job gets another node or a fresh
-  instance. The job's AdminComment names the failure, and its requeue hold (credential
-  lifetime + 1 s, REFERENCE.md) is lifted with ``StartTime=now``: the hold keeps a node that
-  may still hold the old job credential from starting the job twice, and this node never ran
-  slurmd, so none reached it. The audit log gets ``health.failed``.
+  instance. The job's AdminComment names the failure, and once Slurm has requeued the job its
+  requeue hold (credential lifetime + 1 s, REFERENCE.md) is lifted with ``StartTime=now``
+  (coreburst/burst/requeue_hold.py): the hold keeps a node that may still hold the old run's
+  credential from starting the job again, and this node never ran slurmd, so none reached it.
+  On Slurm 25.11+ a job submitted with ``--requeue=expedite`` comes back with no hold: nothing
+  is lifted. The audit log gets ``health.failed`` with the jobs whose hold was lifted.
 * if even scontrol fails, slurmd still never starts: the node misses ResumeTimeout and the
   ResumeFailProgram ends the instance (slower, but no job ever runs there).
 
@@ -68,7 +70,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from coreburst.burst import admin_comment
+from coreburst.burst import admin_comment, requeue_hold
 from coreburst.common import slurmcmd
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.slurmcmd import SlurmTools
@@ -386,11 +388,13 @@ def fail_node(
     *,
     instance_id: str = "",
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
+    wait_s: float = 5.0,
 ) -> list[str]:
     """Take a node that failed its check out of Slurm (module docstring, "The gate"): DOWN
     with the reason (its jobs requeue now), Comment, forced power-down (the SuspendProgram
-    ends the instance), each job's AdminComment and requeue hold lifted. Returns the jobs.
-    Every step is tried even when one fails (each failure is logged and audited)."""
+    ends the instance), each job's AdminComment and, once Slurm has requeued it (up to
+    ``wait_s``), its requeue hold lifted. Returns the jobs. Every step is tried even when one
+    fails (each failure is logged and audited)."""
     why = _one_line(reason, REASON_MAX - len(HEALTH_REASON) - 2)
     when = f"{now():%Y-%m-%d %H:%M:%SZ}"
     errors: list[str] = []
@@ -407,10 +411,13 @@ def fail_node(
     # their AdminComments, one read for all (a note replaces only coreburst's own of its kind;
     # squeue --json, coreburst.burst.admin_comment); unreadable, no job is noted
     notes: dict[str, str | None] = {}
+    before: dict[str, int] = {}  # their restart counts before this requeue
     read = False
     if jobs:
         try:
-            notes, read = admin_comment.comments(admin_comment.read_jobs(slurm.squeue)), True
+            every_job = slurm.squeue(*admin_comment.READ)
+            notes, read = admin_comment.comments(admin_comment.parse_jobs(every_job)), True
+            before = {j: v.restarts for j, v in requeue_hold.parse_jobs(every_job).items()}
         except RuntimeError as exc:  # coreburst.common.slurmcmd.SlurmError: one line
             errors.append(str(exc))
             log.error("node-check %s: %s", node, exc)
@@ -431,7 +438,19 @@ def fail_node(
             log.error("node-check %s: job %s: AdminComment unreadable, not noted", node, job)
         else:
             step("update", f"jobid={job}", f"AdminComment={value}")
+    lifted: list[str] = []
+    found = requeue_hold.settle(
+        slurm.squeue,
+        jobs,
+        wait_s=wait_s,
+        now=lambda: now().timestamp(),
+        restarts_before={j: before[j] for j in jobs if j in before},
+    )
+    for job in found.held:
+        failures = len(errors)
         step("update", f"jobid={job}", "StartTime=now")
+        if len(errors) == failures:
+            lifted.append(job)
     if audit is not None:
         audit(
             "health.failed",
@@ -439,6 +458,7 @@ def fail_node(
             instance=instance_id,
             reason=why,
             jobs=jobs,
+            hold_lifted=lifted,
             **({"slurm_errors": errors} if errors else {}),
         )
     return jobs

@@ -7,8 +7,10 @@ they tell Slurm about the jobs and nodes.
   kind (coreburst/burst/admin_comment.py, which says why the read is JSON).
 * **Nodes**: a node that got no instance is set DOWN with the EC2 error code (its jobs requeue
   now) and powered down; a pool out of capacity, over a quota or with an invalid request is
-  held in a MAINT reservation (``coreburst-backoff-...``, ``coreburst-protect-...``); a resume
-  refused for a stale reconciler heartbeat, or a node back from ResumeTimeout, is said so.
+  held in a MAINT reservation (``coreburst-backoff-...``, ``coreburst-protect-...``), and the
+  jobs the failure requeued start again now rather than after Slurm's requeue hold
+  (coreburst/burst/requeue_hold.py); a resume refused for a stale reconciler heartbeat, or a
+  node back from ResumeTimeout, is said so.
 
 Each call is ``scontrol`` (or that one ``squeue``) through the injected ``slurm``; a failure
 is one line (``guardrails.adapters.slurm.SlurmError``, a RuntimeError).
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
-from coreburst.burst import admin_comment
+from coreburst.burst import admin_comment, requeue_hold
 from coreburst.burst.claims import Claims
 from coreburst.burst.config import BurstStack
 from coreburst.burst.cost import slurm_hours
@@ -58,6 +60,10 @@ FAIL_REASON = "Failure when resuming nodes"
 HEARTBEAT_REASON = "coreburst: reconciler heartbeat stale"
 
 Choices = tuple[list[tuple[str, str]], dict[tuple[str, str], str]]
+# How long a failed resume waits for slurmctld to finish requeueing its jobs before it lifts
+# their requeue hold (22.05 has requeued them when ``state=down`` returns; 24.11+ list a job
+# ``PENDING, COMPLETING`` for a moment).
+REQUEUE_WAIT_S = 5.0
 
 
 class Slurm(Protocol):
@@ -291,16 +297,64 @@ class SlurmSide:
                 f"{self.now():%Y-%m-%d %H:%M:%SZ}",
             )
         self.release(list(failed), keep_unsure=True)
-        self.hold_pools(by_code)
+        held = self.hold_pools(by_code)
+        self.lift_requeue_holds(failed, jobs or [], held)
 
-    def hold_pools(self, by_code: dict[str, list[str]]) -> None:
+    def lift_requeue_holds(
+        self, failed: dict[str, str], jobs: list[tuple[str, list[str]]], held: set[str]
+    ) -> list[str]:
+        """Start the jobs this failure requeued again now instead of after Slurm's requeue
+        hold (coreburst/burst/requeue_hold.py): no slurmd ever saw them (slurmctld sends a
+        batch job's launch only once every node of its allocation has registered, and these
+        got no instance), and their nodes are DOWN and powered down. Only a job whose every
+        failed node is in a pool held just now or, after a capacity error, a pool with (type,
+        zone) choices left to try: after a quota, invalid or throttled request that holds
+        nothing, Slurm's hold is the back-off. A job submitted with ``--requeue=expedite``
+        (25.11+) comes back with no hold: nothing to lift. Returns the jobs lifted; the audit
+        log gets ``resume.requeue_hold``."""
+        sets = {ns.cluster: ns for ns in self.nodes_of.values()}
+        choices_left: dict[str, bool] = {}
+
+        def retry_soon(node: str, code: str) -> bool:
+            pool = self.nodes_of[node].cluster
+            if pool in held:
+                return True
+            if classify(code.removeprefix("CreateTags:")) != "capacity":
+                return False
+            if pool not in choices_left:
+                choices_left[pool] = bool(self.choices(sets[pool])[0])
+            return choices_left[pool]
+
+        wanted = []
+        for job, job_nodes in jobs:
+            mine = [n for n in job_nodes if n in failed and n in self.nodes_of]
+            if mine and all(retry_soon(n, failed[n]) for n in mine):
+                wanted.append(job)
+        if not wanted:
+            return []
+        found = requeue_hold.settle(self.slurm.squeue, wanted, wait_s=REQUEUE_WAIT_S)
+        lifted = []
+        for job in found.held:
+            try:
+                requeue_hold.lift(self.slurm.scontrol, job)
+            except RuntimeError as exc:  # guardrails.adapters.slurm.SlurmError: one line
+                log.warning("job %s: cannot lift its requeue hold: %s", job, exc)
+                continue
+            lifted.append(job)
+        if lifted:
+            log.info("requeue hold lifted for %s: eligible again now", ", ".join(lifted))
+        self.audit("resume.requeue_hold", lifted=lifted, **found.by_status())
+        return lifted
+
+    def hold_pools(self, by_code: dict[str, list[str]]) -> set[str]:
         """Hold a pool whose launch failed so Slurm stops choosing its nodes and the jobs
         start elsewhere now (coreburst/burst/ec2errors.py): out of every (type, zone)
         choice after capacity errors, a MAINT reservation ``coreburst-backoff-<pool>-<ms>``
         that ends by itself after ``capacityBackoffS``; a quota or an invalid request,
         ``coreburst-protect-<pool>`` until an operator lifts it (``coreburst burst
         release-hold``). The guardrails' burst-reconcile rule tells Slack about each. Nodes
-        that have an instance are left out (their jobs keep running)."""
+        that have an instance are left out (their jobs keep running). Returns the pools
+        held."""
         wanted: dict[str, tuple[str, str]] = {}  # pool -> (reservation, why)
         minutes = max(1, math.ceil(self.stack.settings.capacity_backoff_s / 60))
         sets = {ns.cluster: ns for ns in self.nodes_of.values()}
@@ -314,7 +368,8 @@ class SlurmSide:
                 elif cls in ("quota", "invalid"):
                     wanted[pool] = (f"{PROTECT_PREFIX}{pool}", code)
         if not wanted:
-            return
+            return set()
+        held: set[str] = set()
         launched = {row[0] for row in self.claims.rows() if row[2] == "launched"}
         for pool, (resv, code) in sorted(wanted.items()):
             targets = [
@@ -332,6 +387,7 @@ class SlurmSide:
             except RuntimeError as exc:  # held already, or Slurm refused: the reconciler retries
                 log.warning("cannot hold pool %s (%s): %s", pool, resv, exc)
                 continue
+            held.add(pool)
             log.warning("pool %s held: %s (%s)", pool, resv, code)
             self.audit(
                 "resume.pool_held",
@@ -342,6 +398,7 @@ class SlurmSide:
                 minutes=minutes if timed else None,
                 nodes=compress(targets),
             )
+        return held
 
     def refuse(
         self, names: list[str], why: str, jobs: list[tuple[str, list[str]]] | None = None

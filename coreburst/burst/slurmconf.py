@@ -156,6 +156,19 @@ def _node_lines(ns: NodeSet, port_of: dict[str, int], port: int | None) -> list[
 # needed", RELEASE_NOTES at tag slurm-23-02-7-1); a later release takes the line but shows
 # ``PrivateData = none`` for it (seen with 24.11.5 and 26.05.5's `scontrol show config`).
 CLOUD_SHOWN_SINCE = (23, 2)
+# Before 23.02 a job requeued while its cloud nodes were powering up (a failed launch or boot
+# check, ResumeTimeout) keeps the node alias list "TBD" slurmctld gave it for them:
+# batch_requeue_fini() frees it on requeue only from 23.02 (SchedMD commit 43a7974f2e,
+# "alias_list wasn't being free'd on a requeue"), and slurmstepd refuses "TBD" (_step_setup:
+# "set_nodes_alias failed"), so the job's next launch on a core node fails and holds it
+# (launch_failed_requeued_held). With any PrologSlurmctld, slurmctld rebuilds the list for each
+# new allocation before the launch (job_config_fini()). Measured on 22.05.8 in the lab, with or
+# without Slurm's requeue hold: the hold only delayed it (coreburst/burst/requeue_hold.py).
+PROLOG_SINCE = (23, 2)
+PROLOG_PROGRAM = "/bin/true"
+# Slurm 25.11 added expedited requeue (sbatch --requeue=expedite), which slurmctld accepts only
+# with SlurmctldParameters=enable_expedited_requeue (slurm.conf(5) of 25.11).
+EXPEDITED_REQUEUE_SINCE = (25, 11)
 
 
 def _set(key: str, value: object, site: list[ConfLine] | None = None) -> list[str]:
@@ -186,6 +199,10 @@ def render_slurm_include(
         f"power_save_interval={s.power_save_interval}",
         "power_save_min_interval=0",
     ]
+    if slurm_release is not None and slurm_release >= EXPEDITED_REQUEUE_SINCE:
+        # a job submitted with --requeue=expedite that loses its burst node (launch or boot
+        # check failed) is eligible again at once, first in the queue (docs/burst.md)
+        params.append("enable_expedited_requeue")
     if s.node_address == "registration":
         params.append("cloud_reg_addrs")
     if s.node is not None and s.node.conf_mode == "configless":
@@ -233,6 +250,14 @@ def render_slurm_include(
             if slurm_release is None
             else "# (no PrivateData=cloud: Slurm 23.02 and later show cloud nodes by default)"
         )
+    if slurm_release is not None and slurm_release < PROLOG_SINCE:
+        if any(c.key == "PrologSlurmctld" for c in known):
+            lines.append(
+                "# (no PrologSlurmctld: the site's own makes Slurm 22.05 rebuild a requeued "
+                "job's node list)"
+            )
+        else:
+            lines += _set("PrologSlurmctld", PROLOG_PROGRAM)
     lines += [
         *_set(
             "SlurmctldParameters", merge_list(",".join(params), known, "SlurmctldParameters"), site

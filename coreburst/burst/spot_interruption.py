@@ -18,7 +18,11 @@ to an SQS queue (``spot_interruption.queue_url``). Each cycle the leader drains 
   Then the node is powered down (``state=power_down_force``: Slurm's SuspendProgram terminates
   whatever instance is left, so nothing is orphaned) and, once powered down, undrained if the
   drain is still ours, so it is back in the pool (``idle~``). A job is never requeued for a
-  node that got no warning, nor after it left the node.
+  node that got no warning, nor after it left the node. Once the node is being powered down
+  (drained since the warning; its instance and slurmd ended by the SuspendProgram) the
+  requeued jobs' requeue hold (``Reason=BeginTime``, about two minutes: Slurm holds every
+  requeued job, coreburst/burst/requeue_hold.py) is lifted, so they start on another node or a
+  fresh instance within seconds; the old run's node cannot take them back.
 
 Every Slurm write goes through the actuator's gate (dry-run, leader lease, kill switch, breaker,
 per-cycle cap) and the audit log; ``spot_interruption.dry_run`` makes this rule report only.
@@ -56,7 +60,7 @@ from typing import Annotated, Any, Literal
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import Field
 
-from coreburst.burst import admin_comment
+from coreburst.burst import admin_comment, requeue_hold
 from guardrails.adapters.slack import PRIORITY_ROUTINE, PRIORITY_URGENT, Alert, clip
 from guardrails.adapters.slurm import Scontrol, SlurmError, SlurmNode, run_tool
 from guardrails.configtypes import Between, StrictModel, format_duration
@@ -122,6 +126,9 @@ _INSTANCE_ID = re.compile(r"^i-[0-9a-f]{8,32}$")
 _JOB_ID = re.compile(r"^\d+(?:_\d+)?$")
 # How long a received message stays hidden: one it could not settle comes back next cycle.
 VISIBILITY_S = 30
+# How long a cycle waits for Slurm to finish requeueing a job before lifting its requeue hold
+# (a job still being requeued then is tried again next cycle).
+LIFT_WAIT_S = 5.0
 # Deliveries of one message (its ApproximateReceiveCount) before it is set aside, deleted with
 # one alert: three cycles are three minutes at the daemon's default interval, and a warning
 # still unsettled then is past its two minutes.
@@ -292,8 +299,20 @@ class Slurm:
         self.sc.run("update", f"jobid={job}", f"AdminComment={value}")
         self.comments[job] = value
 
-    def power_down(self, node: str) -> str:
+    def lift_hold(self, job: str) -> str:
+        requeue_hold.lift(self.sc.run, job)
+        return f"scontrol update jobid={job} StartTime=now"
+
+    def power_down(self, node: str, down_reason: str | None = None) -> str:
+        """Forced power-down; with ``down_reason`` (the instance is gone) the node is set DOWN
+        first: slurmctld then ends at once what the lost slurmd can no longer end (a requeued
+        job's old run stays COMPLETING until the node is DOWN, which 22.05 does by itself only
+        after SlurmdTimeout), and the forced power-down still brings it back ``idle~``."""
+        if down_reason is not None:
+            self.sc.run("update", f"nodename={node}", "state=down", f"reason={down_reason}")
         self.sc.run("update", f"nodename={node}", "state=power_down_force")
+        if down_reason is not None:
+            return "scontrol update state=down, state=power_down_force"
         return "scontrol update state=power_down_force"
 
     def undrain(self, node: str) -> str:
@@ -634,8 +653,9 @@ def _instance_states(ctx: RuleContext, watch: dict[str, Any]) -> dict[str, str]:
 
 def _requeue(
     ctx: RuleContext, slurm: Slurm, iid: str, rec: dict[str, Any], gone: bool
-) -> tuple[list[str], bool]:
-    """Requeue the node's interrupted jobs: (requeued job ids, whether all were settled).
+) -> tuple[dict[str, int], bool]:
+    """Requeue the node's interrupted jobs: (requeued job -> its restart count before the
+    requeue, whether all were settled).
     ``gone``: the warned instance is gone and the node has not booted since, so whatever
     still runs there has lost it too."""
     node = rec["node"]
@@ -643,7 +663,8 @@ def _requeue(
     if gone:
         for job, restarts in slurm.jobs_on(node).items():
             candidates.setdefault(job, restarts)
-    requeued, settled = [], True
+    requeued: dict[str, int] = {}
+    settled = True
     grace = format_duration(ctx.cfg.spot_interruption.grace)
     why = "its instance is gone" if gone else f"{grace} after the signal"
     for job, restarts in sorted(candidates.items()):
@@ -661,7 +682,7 @@ def _requeue(
             call=lambda job=job: slurm.requeue(job),  # type: ignore[misc]
         )  # fmt: skip
         if done == "done":
-            requeued.append(job)
+            requeued[job] = restarts
             try:
                 slurm.note(
                     job,
@@ -673,6 +694,45 @@ def _requeue(
         elif done in ("skipped", "failed"):
             settled = False
     return requeued, settled
+
+
+def _lift_holds(
+    ctx: RuleContext, slurm: Slurm, iid: str, rec: dict[str, Any], watch: dict[str, Any]
+) -> None:
+    """Start the jobs requeued off the node again now rather than after Slurm's requeue hold
+    (coreburst/burst/requeue_hold.py): called once the node is being powered down (drained
+    since the warning, its instance and slurmd ended by the SuspendProgram), so the jobs go to
+    another node or a fresh instance, never back to the old run's slurmd. A job whose requeue
+    has not finished is tried again next cycle; one expedited (Slurm 25.11+) has no hold."""
+    before: dict[str, int] = rec.get("requeued", {})  # job -> restarts before the requeue
+    lifted: list[str] = rec.get("lifted", [])
+    todo = [j for j in before if j not in lifted]
+    if not todo or rec.get("holds_settled"):
+        return
+    clock = ctx.clock
+    found = requeue_hold.settle(
+        slurm.sc.squeue, todo, wait_s=LIFT_WAIT_S, restarts_before=before, sleep=clock.sleep,
+        clock=lambda: clock.now().timestamp(), now=lambda: clock.now().timestamp(),
+    )  # fmt: skip
+    settled = not found.waiting
+    # a job Slurm requeued without a hold (22.05, its node lost under it) is "eligible" but
+    # waits for the scheduler's next periodic pass (up to a minute on 22.05): the same update
+    # makes slurmctld schedule at once (any job update queues the scheduler)
+    eligible = [j for j, st in found.other.items() if st == "eligible"]
+    for job in [*found.held, *eligible]:
+        done = _act(
+            ctx, f"spot-lift:{iid}:{job}:{before[job]}", rec["node"], "lift-hold",
+            reason=f"spot {rec['kind']} of {iid}: job {job} requeued off {rec['node']}, which "
+            "is powered down: eligible now (its requeue hold lifted), so it starts elsewhere",
+            call=lambda job=job: slurm.lift_hold(job),  # type: ignore[misc]
+        )  # fmt: skip
+        if done in ("done", "recorded"):
+            lifted.append(job)
+        else:
+            settled = False
+    rec["lifted"] = lifted
+    rec["holds_settled"] = settled
+    ctx.state.put(WATCH_KEY, watch)
 
 
 def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
@@ -712,13 +772,16 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
                 ctx.report.errors.append(f"spot-interruption: {node}: {exc}")
                 continue
             if requeued:
+                rec["requeued"] = {**rec.get("requeued", {}), **requeued}
+                ctx.state.put(WATCH_KEY, watch)
                 ctx.alert(
                     _alert(
                         f"{rec['event_id']}:requeued", node,
                         f"Spot {rec['kind']}: jobs on {node} requeued",
                         [
                             f"Instance {iid} " + ("is gone." if gone else "is being interrupted."),
-                            f"Requeued: {_jobs_text(requeued)} (each job's AdminComment says why).",
+                            f"Requeued: {_jobs_text(list(requeued))} (each job's AdminComment "
+                            "says why).",
                         ],
                         urgent=False,
                     ),
@@ -737,12 +800,16 @@ def _settle(ctx: RuleContext, slurm: Slurm, watch: dict[str, Any]) -> None:
             done = _act(
                 ctx, f"spot-power-down:{iid}", node, "power-down",
                 reason=f"spot {rec['kind']} of {iid}: node powered down, its instance ended",
-                call=lambda node=node: slurm.power_down(node),  # type: ignore[misc]
+                call=lambda node=node, why=(  # type: ignore[misc]
+                    f"{REASON_PREFIX}{rec['kind']} {iid}: instance gone" if gone else None
+                ): slurm.power_down(node, why),
             )  # fmt: skip
             if done in ("done", "recorded"):
                 rec["powered_down"] = True
                 ctx.state.put(WATCH_KEY, watch)
+                _lift_holds(ctx, slurm, iid, rec, watch)
             continue
+        _lift_holds(ctx, slurm, iid, rec, watch)
         if sn.states & {"POWERING_DOWN", "POWER_DOWN"}:
             continue  # next cycle, once Slurm has it powered down
         if "DRAIN" in sn.states and sn.reason.startswith(REASON_PREFIX) and iid in sn.reason:

@@ -64,6 +64,28 @@ def squeue_job(
     return j
 
 
+# What real slurmctlds listed for jobs they had just requeued, per release and step
+# (tests/helpers/record_requeued_jobs.py says what each step is; README.md there).
+REQUEUE_STEPS = ("requeued", "later", "lifted", "node-down")
+
+
+def requeued_squeue(release: str, step: str) -> dict[str, Any]:
+    """The recorded ``squeue --json --states=all`` of ``step`` (a fresh copy)."""
+    path = SLURM_FIXTURES / f"squeue-requeued-{release}-{step}-recorded.json"
+    doc: dict[str, Any] = json.loads(path.read_text())
+    return doc
+
+
+def requeued_job(
+    release: str, step: str, like: int, job: str | int, **fields: Any
+) -> dict[str, Any]:
+    """Job ``like`` (1: requeued by ``scontrol requeue``; 2: by its node set DOWN) of that
+    recording as job ``job``, the fields given replaced."""
+    (j,) = [x for x in requeued_squeue(release, step)["jobs"] if x["job_id"] == like]
+    j.update(job_id=int(job), **fields)
+    return j
+
+
 def squeue_json(*jobs: dict[str, Any], release: str = "22.05") -> str:
     """The release's recorded ``squeue --json`` document with ``jobs`` as its job list."""
     doc = recorded_squeue(release)

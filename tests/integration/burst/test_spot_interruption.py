@@ -9,13 +9,15 @@ notices": tests/fixtures/aws/events/spot_interruption_warning.json, with this in
 put on the queue as EventBridge delivers it. One cycle drains the node with the reason and
 signals the batch shell (the script sees it); EC2 then reclaims the instance (terminated on
 moto, and the lab stops the node's slurmd as a lost instance would); the next cycle requeues
-the job with the reason in its AdminComment and powers the node down, and the node is back in
-the pool (``idle~``) with no instance left behind.
+the job with the reason in its AdminComment, powers the node down and lifts the job's requeue
+hold where Slurm set one (it could start again at once; the spot pool is kept from it here),
+and the node is back in the pool (``idle~``) with no instance left behind.
 """
 
 from __future__ import annotations
 
 import json
+import time
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -23,6 +25,7 @@ from pathlib import Path
 
 import pytest
 
+from coreburst.burst import requeue_hold
 from coreburst.burst.spot_interruption import REASON_PREFIX
 from coreburst.sandbox.emulator import fake_session
 from coreburst.sandbox.slurmlab import BurstLab, burst_lab, missing_prerequisite
@@ -35,6 +38,7 @@ from tests.helpers.prereq import require
 pytestmark = pytest.mark.integration
 
 EVENTS = Path(__file__).resolve().parents[2] / "fixtures" / "aws" / "events"
+KEEP = "test-keep-sp"
 SCRIPT = """#!/bin/bash
 # Checkpoint on SIGUSR1 (here: say so in a file), then go on until Slurm stops the job.
 trap 'echo "USR1 $SLURM_JOB_ID $SLURM_RESTART_COUNT" >> {out}' USR1
@@ -119,13 +123,24 @@ def test_interruption_warning_drains_signals_requeues_and_returns_the_node(
         assert "AdminComment=coreburst: spot interruption warning" in shown
         assert sqs.receive_message(QueueUrl=queue).get("Messages", []) == []
 
-        # EC2 reclaims the instance; the lab's boot watcher stops sp-1's slurmd.
+        # EC2 reclaims the instance; the lab's boot watcher stops sp-1's slurmd. The spot pool
+        # is kept from the job from here on (a MAINT reservation, as after a capacity failure),
+        # so it stays pending below instead of starting again at once on a new sp-1.
         lab.ec2.terminate_instances(InstanceIds=[iid])
         lab.wait("sp-1's slurmd gone", lambda: "sp-1" not in lab.watcher.booted, 10)
+        slurm.run(
+            "scontrol", "create", "reservation", f"ReservationName={KEEP}", "Nodes=sp-1",
+            "Users=root", "Flags=MAINT,IGNORE_JOBS", "StartTime=now", "Duration=10",
+        )  # fmt: skip
         events, errors = _cycle(lab, cfg_text)
         assert errors == []
         done = [(e["kind"], e["instance_id"]) for e in events if e["event"] == "action.executed"]
-        assert done == [("requeue", "sp-1"), ("power-down", "sp-1")]
+        assert done[:2] == [("requeue", "sp-1"), ("power-down", "sp-1")]
+        # Slurm's requeue hold is gone: lifted by the rule once the node is being powered down,
+        # or never set (22.05 sets none on a job whose node it lost under it)
+        assert done[2:] in ([], [("lift-hold", "sp-1")]), done
+        view = requeue_hold.parse_jobs(slurm.run("squeue", *requeue_hold.READ).stdout)[job]
+        assert requeue_hold.status(view, time.time()) == "eligible", view
         info = _job(lab, job)
         assert info["JobState"] == "PENDING" and int(info["Restarts"]) == 1, info
         shown = slurm.run("scontrol", "show", "job", job).stdout
@@ -157,3 +172,4 @@ def test_interruption_warning_drains_signals_requeues_and_returns_the_node(
         assert lab.instances("sp-1", ("terminated",)) == [iid]
     finally:
         slurm.run("scancel", job, check=False)
+        slurm.run("scontrol", "delete", f"ReservationName={KEEP}", check=False)

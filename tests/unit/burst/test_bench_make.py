@@ -32,3 +32,17 @@ def test_bench_burst_defaults_to_64_and_500_nodes() -> None:
         require("GNU make is not installed")
     assert _recipe().endswith("--sizes 64,500")
     assert _recipe("SIZES=1000").endswith("--sizes 1000")
+
+
+def test_bench_burst_also_times_requeue_to_running() -> None:
+    """Issue 31 item 4: ``make bench-burst`` prints requeue -> running per cause."""
+    if shutil.which("make") is None:
+        require("GNU make is not installed")
+    out = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "bench-burst"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert any(x.endswith("benchmarks/requeue_restart.py") for x in out.splitlines())

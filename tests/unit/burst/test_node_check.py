@@ -19,7 +19,13 @@ from typer.testing import CliRunner
 
 from coreburst.burst import node_check as health
 from coreburst.burst.cli import app
-from tests.helpers.slurm_fakes import recorded_squeue, squeue_json
+from coreburst.common.slurmcmd import slurm_number
+from tests.helpers.slurm_fakes import (
+    recorded_squeue,
+    requeued_job,
+    requeued_squeue,
+    squeue_json,
+)
 
 FIX = Path(__file__).resolve().parents[2] / "fixtures" / "health"
 HEALTHY = FIX / "p5-healthy"
@@ -147,14 +153,32 @@ def test_the_real_runner_reports_missing_tools_timeouts_and_exit_status(tmp_path
     assert (got.rc, got.out, got.err) == (3, b"hi\n", b"oops\n")
 
 
+# Far ahead of any test's now: a recorded hold (its eligible_time 71 s after the recording's
+# requeue) still ahead when the test runs.
+AHEAD = 4102444800  # 2100-01-01
+
+
+def _held_after_down(jobs: str) -> str:
+    """Each job as real 22.05 listed job 2 of tests/fixtures/slurm/squeue-requeued-22.05-
+    node-down-recorded.json right after its node was set DOWN (pending, restart 1,
+    ``state_reason`` None and held: its eligible_time ahead, here moved to :data:`AHEAD`)."""
+    return squeue_json(
+        *(requeued_job("22.05", "node-down", 2, j, eligible_time=AHEAD) for j in jobs.split())
+    )
+
+
 class RecordingSlurm:
     """Records scontrol/squeue calls; squeue answers with the job ids given (made up here in
     squeue's ``-h -o %A`` form: one id per line) and ``--json`` with ``listed`` (default: the
-    22.05 recording's document listing no job)."""
+    22.05 recording's document listing no job) until ``state=down`` was sent, then with
+    ``after_down`` (default: the jobs as 22.05 listed a job its node's DOWN requeued, held)."""
 
-    def __init__(self, jobs: str = "", fail: str | None = None, listed: str = "") -> None:
+    def __init__(
+        self, jobs: str = "", fail: str | None = None, listed: str = "", after_down: str = ""
+    ) -> None:
         self.calls: list[tuple[str, ...]] = []
         self.jobs, self.fail, self.listed = jobs, fail, listed or squeue_json()
+        self.after_down = after_down or _held_after_down(jobs)
 
     def scontrol(self, *args: str) -> str:
         self.calls.append(("scontrol", *args))
@@ -166,7 +190,10 @@ class RecordingSlurm:
         self.calls.append(("squeue", *args))
         if self.fail and any(self.fail in a for a in args):
             raise RuntimeError(f"squeue {' '.join(args)} failed (1): {self.fail}")
-        return self.listed if args[:1] == ("--json",) else self.jobs
+        if args[:1] != ("--json",):
+            return self.jobs
+        down = any(c[:1] == ("scontrol",) and "state=down" in c for c in self.calls)
+        return self.after_down if down else self.listed
 
 
 def test_the_gate_takes_a_failed_node_out_and_requeues_its_job_at_once(tmp_path: Path) -> None:
@@ -196,10 +223,11 @@ def test_the_gate_takes_a_failed_node_out_and_requeues_its_job_at_once(tmp_path:
     assert updates[3][0] == "jobid=41" and updates[3][1].startswith(
         "AdminComment=coreburst: burst node od-1 failed its health check (dcgm: "
     )
-    assert updates[4] == ("jobid=41", "StartTime=now")
+    assert updates[4] == ("jobid=41", "StartTime=now")  # requeued and held: lifted
     assert slurm.calls[0] == ("squeue", "-h", "-w", "od-1", "-o", "%A")  # read before DOWN
     (ev,) = events
     assert ev["event"] == "health.failed" and ev["jobs"] == ["41"] and ev["reason"] == why
+    assert ev["hold_lifted"] == ["41"]
     assert lines[-2] == f"node-check od-1: FAILED: {why}"
     assert lines[-1] == "node-check od-1: set DOWN, powered down (instance replaced); requeued 41"
 
@@ -220,7 +248,8 @@ def test_the_health_note_keeps_the_sites_comment_and_another_kind_of_note(releas
     health.fail_node(
         "od-1", "gpus: 7 GPUs", slurm, now=lambda: datetime(2026, 12, 4, 1, 2, 3, tzinfo=UTC)
     )
-    assert slurm.calls.count(("squeue", "--json", "--states=all")) == 1
+    # once before the DOWN (comments, restart counts), once after it (the requeue hold)
+    assert slurm.calls.count(("squeue", "--json", "--states=all")) == 2
     (note,) = [c[3] for c in slurm.calls if c[2:3] == ("jobid=1",) and "AdminComment" in c[3]]
     assert note == (
         f"AdminComment={SITE_1} | coreburst: burst node od-1 failed "
@@ -234,10 +263,44 @@ def test_a_job_comment_that_cannot_be_read_is_left_alone() -> None:
     events: list[dict[str, object]] = []
     health.fail_node("od-2", "gpus: 7 GPUs", slurm, lambda e, **f: events.append(f))
     assert not [c for c in slurm.calls if any(str(a).startswith("AdminComment=") for a in c)]
-    assert ("scontrol", "update", "jobid=7", "StartTime=now") in slurm.calls  # still requeued
+    assert slurm.calls[2][:4] == ("scontrol", "update", "nodename=od-2", "state=down")
+    # nor is its hold lifted blind: Slurm could not say it holds the job
+    assert ("scontrol", "update", "jobid=7", "StartTime=now") not in slurm.calls
+    assert events[0]["hold_lifted"] == []
     errors = events[0]["slurm_errors"]
     assert isinstance(errors, list)
     assert "job 7: AdminComment unreadable or full, not noted" in errors
+
+
+@pytest.mark.parametrize(
+    ("release", "step", "like", "lifted"),
+    [
+        ("22.05", "node-down", 2, True),  # reason None, eligible_time ahead: held
+        ("24.11", "node-down", 2, True),
+        ("26.05", "node-down", 2, False),  # --requeue=expedite: EXPEDITING, no hold
+        ("24.11", "requeued", 1, False),  # PENDING, COMPLETING: not yet requeued
+        ("22.05", "lifted", 1, False),  # eligible since StartTime=now
+    ],
+)
+def test_only_a_job_slurm_holds_is_lifted(release: str, step: str, like: int, lifted: bool) -> None:
+    """The job after its node went DOWN as each release listed it (recorded), at the
+    recording's moment: lifted only where Slurm holds it."""
+    after = requeued_squeue(release, step)
+    (job,) = [j for j in after["jobs"] if j["job_id"] == like]
+    # the recording's moment: just after the requeue (a requeue resets submit_time), or the
+    # lift for the lifted job
+    at = slurm_number(job["eligible_time" if step == "lifted" else "submit_time"])
+    assert at is not None
+    before = squeue_json(requeued_job(release, "requeued", 2, like, restart_cnt=0))
+    slurm = RecordingSlurm(jobs=f"{like}\n", listed=before, after_down=json.dumps(after))
+    events: list[dict[str, object]] = []
+    health.fail_node(
+        "od-1", "gpus: 7 GPUs", slurm, lambda e, **f: events.append(f), wait_s=0,
+        now=lambda: datetime.fromtimestamp(at + 1, UTC),
+    )  # fmt: skip
+    lift = ("scontrol", "update", f"jobid={like}", "StartTime=now")
+    assert (lift in slurm.calls) is lifted
+    assert events[0]["hold_lifted"] == ([str(like)] if lifted else [])
 
 
 def test_a_slurm_failure_does_not_stop_the_other_steps() -> None:

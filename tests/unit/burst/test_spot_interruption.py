@@ -54,7 +54,10 @@ FAKE_TOOL = """#!{python}
 # scancel: it records its name and argv, answers "scontrol -o show nodes" with nodes.txt,
 # "scontrol -o show job N" with job-N.txt (or Slurm's "Invalid job id specified" error),
 # "squeue --json ..." with squeue-json.txt, any other squeue with squeue.txt, "scontrol --json
-# ..." as Slurm 22.05 does (it has no --json), and every other call with nothing.
+# ..." as Slurm 22.05 does (it has no --json), "scontrol requeue N" by listing job N in
+# squeue-json.txt as real 22.05-26.05 slurmctlds list a job they have just requeued (pending,
+# restart count up, held: Reason=BeginTime; tests/fixtures/slurm/squeue-requeued-*), and every
+# other call with nothing.
 import json, pathlib, sys
 here = pathlib.Path(sys.argv[0]).parent
 tool, args = pathlib.Path(sys.argv[0]).name, sys.argv[1:]
@@ -77,6 +80,14 @@ elif tool == "squeue" and args[:1] == ["--json"]:
     show("squeue-json.txt")
 elif tool == "squeue":
     show("squeue.txt")
+elif tool == "scontrol" and args[:1] == ["requeue"]:
+    listed = here / "squeue-json.txt"
+    doc = json.loads(listed.read_text())
+    for j in doc["jobs"]:
+        if str(j["job_id"]) == args[1]:
+            j.update(job_state="PENDING", state_reason="BeginTime",
+                     restart_cnt=j["restart_cnt"] + 1)
+    listed.write_text(json.dumps(doc))
 """
 
 
@@ -352,12 +363,16 @@ def test_warning_drains_signals_then_requeues_after_grace_and_returns_the_node(
     world.clock.advance(timedelta(seconds=31))
     report, events = world.cycle()
     assert report.errors == []
-    assert _executed(events) == [("requeue", "sp-1"), ("power-down", "sp-1")]
+    # ... and, once the node is being powered down, the job's requeue hold is lifted
+    assert _executed(events) == [
+        ("requeue", "sp-1"), ("power-down", "sp-1"), ("lift-hold", "sp-1"),
+    ]  # fmt: skip
     writes = world.slurm.writes()
     assert writes[0] == ["scontrol", "requeue", "42"]
     assert writes[1][3].startswith("AdminComment=coreburst: requeued 2026-12-04 01:01:31Z")
     assert "(1m30s after the signal)" in writes[1][3]
     assert writes[2] == ["scontrol", "update", "nodename=sp-1", "state=power_down_force"]
+    assert writes[3] == ["scontrol", "update", "jobid=42", "StartTime=now"]
     assert "jobs on sp-1 requeued" in _text(world.outbox()[-1])
 
     # Powered down but still drained by us: undrained; then it is back in the pool.
@@ -395,16 +410,18 @@ def test_the_spot_notes_keep_the_sites_comment_and_the_bursting_note(world: Worl
     world.slurm.node("ALLOCATED+CLOUD+DRAIN", f"{REASON_PREFIX}interruption {iid}")
     world.clock.advance(timedelta(seconds=91))
     world.cycle()
-    (note,) = [c for c in world.slurm.writes() if c[1:3] == ["update", "jobid=42"]]
+    (note,) = [
+        c for c in world.slurm.writes() if c[1:3] == ["update", "jobid=42"] and "Admin" in c[3]
+    ]
     after = note[3].removeprefix("AdminComment=").split(" | ")
     assert after[:2] == parts[:2] and after[3] == burst and len(after) == 4
     assert after[2].startswith("coreburst: requeued 2026-12-04 01:01:31Z")
     # the requeue read the job's state once (scontrol), the note every job's comment once
-    # (squeue --json)
+    # (squeue --json), and the lift of its requeue hold every job once more (its hold)
     assert [c for c in world.slurm.calls() if c[1:4] == ["-o", "show", "job"]] == [
         ["scontrol", "-o", "show", "job", "42"]
     ]
-    assert world.slurm.calls().count(["squeue", "--json", "--states=all"]) == 1
+    assert world.slurm.calls().count(["squeue", "--json", "--states=all"]) == 2
 
 
 def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
@@ -427,6 +444,15 @@ def test_instance_gone_requeues_at_once_and_never_a_job_that_left_the_node(
     assert "its instance is gone" in next(
         c[3] for c in world.slurm.writes() if c[1:3] == ["update", "jobid=7"]
     )
+    # the node is set DOWN before its forced power-down (Slurm ends the lost run at once),
+    # then job 7's requeue hold is lifted; job 8 is not this rule's
+    node_writes = [c[3:] for c in world.slurm.writes() if c[1:3] == ["update", "nodename=sp-1"]]
+    assert node_writes == [
+        ["state=down", f"reason={REASON_PREFIX}interruption {iid}: instance gone"],
+        ["state=power_down_force"],
+    ]
+    lifts = [c[2] for c in world.slurm.writes() if c[3:] == ["StartTime=now"]]
+    assert lifts == ["jobid=7"]
 
 
 def test_a_node_booted_again_is_never_touched_for_the_old_instance(world: World) -> None:
