@@ -11,6 +11,14 @@ the cluster may launch (EFA 0: no EFA interface, not probed). The probes and the
 recorded output in tests/fixtures/health and asserts the same verdicts. On failure, with
 ``--node``, it asks slurmctld to set the node DOWN and power it down (the job requeues, the
 instance is ended); where scontrol cannot reach slurmctld the node just never registers.
+Then, as ``node-check --gate`` does (coreburst/burst/node_check.py ``fail_node``), it waits
+up to ``LIFT_WAIT_S`` for Slurm to finish requeueing the node's jobs and lifts the requeue hold
+(``scontrol update jobid=N StartTime=now``) of each one Slurm holds: their run reached no
+slurmd (this node's never started), so the hold guards nothing and another node can take the
+job in seconds. The jobs are read from ``squeue --json --states=all`` (every release from
+22.05; 22.05 ignores its filters, so every job is read); which job is held is
+coreburst/burst/requeue_hold.py ``status``'s decision, which a test holds this one to over
+Slurm's recorded output of 22.05, 24.11 and 26.05.
 
     python3 node-gate.py --node od-1 --instance-type p5.48xlarge --expect p5.48xlarge=8:32
 
@@ -24,6 +32,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: Python 3.8 cannot subscript these at run time
@@ -44,6 +53,11 @@ FI_INFO = ["fi_info", "-p", "efa", "-t", "FI_EP_RDM"]
 HEALTH_REASON = "coreburst: health check failed"
 TIMEOUT_S = 120.0
 SCONTROL_TIMEOUT_S = 30.0
+SQUEUE_JSON = ("squeue", "--json", "--states=all")
+# How long the gate waits for Slurm to finish requeueing the node's jobs (as node_check.py's
+# fail_node), and how often it looks.
+LIFT_WAIT_S = 5.0
+LIFT_EVERY_S = 0.5
 
 
 class ProbeError(Exception):
@@ -207,28 +221,116 @@ def run_checks(
     return findings
 
 
-def tell_slurm(node: str, reason: str, run: Callable[..., Any] = subprocess.run) -> str:
+def _slurm(run: Callable[..., Any], argv: Sequence[str]) -> tuple[bool, str]:
+    """(ran and exited 0, stdout or the one-line error) of a Slurm command."""
+    try:
+        p = run(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=SCONTROL_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return False, one_line(str(exc), 80)
+    if p.returncode != 0:
+        return False, f"{argv[0]}: " + one_line(p.stderr.decode("utf-8", "replace"), 80)
+    return True, p.stdout.decode("utf-8", "replace")
+
+
+def _number(value: Any) -> int | None:
+    """A number in Slurm's JSON: plain (22.05) or ``{"set", "infinite", "number"}`` (23.02+)."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def read_jobs(run: Callable[..., Any]) -> dict[str, dict[str, Any]] | None:
+    """job id -> its record from ``squeue --json --states=all``; None when unreadable."""
+    ok, out = _slurm(run, SQUEUE_JSON)
+    try:
+        jobs = json.loads(out).get("jobs") if ok else None
+    except (ValueError, AttributeError):
+        jobs = None
+    if not isinstance(jobs, list):
+        return None
+    return {
+        str(_number(j.get("job_id"))): j
+        for j in jobs
+        if isinstance(j, dict) and _number(j.get("job_id")) is not None
+    }
+
+
+def held(job: dict[str, Any] | None, restarts_before: int, now: float) -> bool:
+    """Whether Slurm holds ``job`` after this requeue: pending (its requeue finished: not
+    COMPLETING; not 25.11's EXPEDITING, which has no hold), restarted since
+    ``restarts_before``, not a scrontab job, and ``Reason=BeginTime`` or a begin time ahead."""
+    if job is None:
+        return False
+    st = job.get("job_state")
+    states = set(st) if isinstance(st, list) else set(str(st).split(","))
+    if "PENDING" not in states or states & {"COMPLETING", "EXPEDITING"}:
+        return False
+    restarts = _number(job.get("restart_cnt")) or 0
+    if restarts < 1 or restarts <= restarts_before or job.get("cron"):
+        return False
+    if job.get("state_reason") == "BeginTime":
+        return True
+    eligible = _number(job.get("eligible_time"))
+    return eligible is not None and eligible > now
+
+
+def lift_holds(
+    jobs: dict[str, int],
+    run: Callable[..., Any],
+    *,
+    wait_s: float = LIFT_WAIT_S,
+    sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
+    now: Callable[[], float] = time.time,
+) -> list[str]:
+    """Lift the requeue hold of each of ``jobs`` (id -> restart count before the requeue) once
+    Slurm holds it, reading every ``LIFT_EVERY_S`` up to ``wait_s``; the jobs lifted. An
+    unreadable ``squeue`` ends the wait: nothing is lifted blind."""
+    todo, lifted = dict(jobs), []
+    deadline = clock() + wait_s
+    while todo:
+        views = read_jobs(run)
+        if views is None:
+            break
+        for job, before in list(todo.items()):
+            if held(views.get(job), before, now()):
+                del todo[job]
+                if _slurm(run, ["scontrol", "update", f"jobid={job}", "StartTime=now"])[0]:
+                    lifted.append(job)
+        if not todo or clock() + LIFT_EVERY_S > deadline:
+            break
+        sleep(LIFT_EVERY_S)
+    return lifted
+
+
+def tell_slurm(
+    node: str, reason: str, run: Callable[..., Any] = subprocess.run, **lift: Any
+) -> str:
     """Node DOWN with the reason (its job requeues now), then powered down (the suspend
-    program ends the instance). One line saying what happened."""
+    program ends the instance), then each of its jobs' requeue hold lifted (:func:`lift_holds`,
+    ``lift``: its keywords). One line saying what happened."""
     why = one_line(reason, 200 - len(HEALTH_REASON) - 2)
+    ok, out = _slurm(run, ["squeue", "-h", "-w", node, "-o", "%A"])
+    on_node = out.split() if ok else []
+    views = read_jobs(run) if on_node else {}
+    before = {j: (_number((views or {}).get(j, {}).get("restart_cnt")) or 0) for j in on_node}
     for state in (f"state=down reason={HEALTH_REASON}: {why}", "state=power_down_force"):
-        argv = ["scontrol", "update", f"nodename={node}", *state.split(" ", 1)]
-        try:
-            p = run(
-                argv,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=SCONTROL_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return (
-                f"slurmctld not told ({one_line(str(exc), 80)}): {node} times out at ResumeTimeout"
-            )
-        if p.returncode != 0:
-            err = one_line(p.stderr.decode("utf-8", "replace"), 80)
-            return f"slurmctld not told (scontrol: {err}): {node} times out at ResumeTimeout"
-    return f"{node} set DOWN and powered down: its job requeues, the instance is ended"
+        ok, err = _slurm(run, ["scontrol", "update", f"nodename={node}", *state.split(" ", 1)])
+        if not ok:
+            return f"slurmctld not told ({err}): {node} times out at ResumeTimeout"
+    said = f"{node} set DOWN and powered down: its job requeues, the instance is ended"
+    if views is None:  # restart counts unknown: a job's hold is left to Slurm
+        return f"{said}; squeue unreadable, requeue holds left to Slurm"
+    lifted = lift_holds(before, run, **lift) if before else []
+    return said + (f"; requeue hold lifted on job {', '.join(lifted)}" if lifted else "")
 
 
 def _expect(value: str) -> tuple[str, tuple[int, int]]:

@@ -118,6 +118,7 @@ def _boot(tmp: Path, health: str) -> tuple[subprocess.CompletedProcess[str], lis
         "aws": FAKE_AWS,
         "systemctl": FAKE_SYSTEMCTL,
         "scontrol": RECORDER,
+        "squeue": RECORDER,
         "apt-get": FAKE_APT,
         "amazon-cloudwatch-agent-ctl": RECORDER,
         "nvidia-smi": FAKE_PROBE.replace("$FAKE_PROBE_NAME", "nvidia-smi"),
@@ -231,3 +232,5 @@ def test_a_failing_check_stops_before_slurmd_and_says_why(tmp_path: Path) -> Non
         "gpus: 1 GPUs, p5.48xlarge has 8",
         f"scontrol update nodename={NODE} state=power_down_force",
     ]
+    # and which jobs were on it, whose requeue hold it lifts (none here: squeue lists none)
+    assert [c for c in calls if c.startswith("squeue")] == [f"squeue -h -w {NODE} -o %A"]

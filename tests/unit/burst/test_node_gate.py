@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from coreburst.burst import node_check, node_gate
+from coreburst.burst import node_check, node_gate, requeue_hold
 
 HEALTH = Path(__file__).resolve().parents[2] / "fixtures/health"
 GATE = Path(node_gate.__file__)
@@ -132,3 +132,98 @@ def test_the_gate_is_python_3_8_and_standard_library_only(version: tuple[int, in
             imported.add((n.module or "").split(".")[0])
     assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
     assert "coreburst" not in imported
+
+
+# -- the requeue hold: which job the gate lifts, as requeue_hold decides on the controller ----
+
+SLURM = Path(__file__).resolve().parents[2] / "fixtures/slurm"
+RECORDED_JOBS = sorted(SLURM.glob("squeue-requeued-*-recorded.json")) + sorted(
+    SLURM.glob("squeue-jobs-*-recorded.json")
+)
+
+
+@pytest.mark.parametrize("path", RECORDED_JOBS, ids=lambda p: p.name)
+def test_the_gate_holds_as_requeue_hold_does_on_every_recorded_release(path: Path) -> None:
+    """Slurm's own output of 22.05, 24.11 and 26.05 (the fixtures README): for every job,
+    before-counts and clocks around its begin time, the gate's ``held`` is requeue_hold's."""
+    text = path.read_text()
+    views = requeue_hold.parse_jobs(text)
+    jobs = node_gate.read_jobs(
+        lambda argv, **kw: subprocess.CompletedProcess(argv, 0, text.encode(), b"")
+    )
+    assert jobs is not None and set(jobs) == set(views)
+    saw_held = False
+    for job, view in views.items():
+        for before in (0, view.restarts - 1, view.restarts):
+            for now in (0.0, float(view.eligible or 0) - 1, float(view.eligible or 0) + 1, 4e9):
+                want = requeue_hold.status(view, now, before) == "held"
+                assert node_gate.held(jobs[job], before, now) is want, (job, before, now)
+                saw_held |= want
+    if "-node-down-" in path.name:
+        assert saw_held  # a job requeued by its node going DOWN, begin time ahead: held
+
+
+class _Slurm:
+    """Answers the gate's Slurm commands from a script; records each."""
+
+    def __init__(self, node_jobs: str, reads: list[str]) -> None:
+        self.node_jobs, self.reads, self.calls = node_jobs, reads, []
+
+    def __call__(self, argv: list[str], **kw: object) -> subprocess.CompletedProcess[bytes]:
+        self.calls.append(" ".join(argv))
+        if argv[:2] == ["squeue", "-h"]:
+            out = self.node_jobs
+        elif argv[0] == "squeue":
+            out = self.reads.pop(0) if len(self.reads) > 1 else self.reads[0]
+        else:
+            out = ""
+        return subprocess.CompletedProcess(argv, 0, out.encode(), b"")
+
+
+def _job(state: object, restarts: int, reason: str = "None") -> str:
+    import json
+
+    return json.dumps(
+        {"jobs": [{"job_id": 7, "job_state": state, "restart_cnt": restarts,
+                   "state_reason": reason, "eligible_time": 0}]}
+    )  # fmt: skip
+
+
+def test_a_failed_gate_lifts_the_hold_once_slurm_has_requeued_the_job() -> None:
+    """Made up after the recorded 24.11 sequence (squeue-requeued-24.11-*: CONFIGURING, then
+    PENDING+COMPLETING, then PENDING with Reason=BeginTime)."""
+    slurm = _Slurm(
+        "7\n",
+        [
+            _job(["RUNNING", "CONFIGURING"], 0),
+            _job(["PENDING", "COMPLETING"], 1, "BeginTime"),
+            _job(["PENDING"], 1, "BeginTime"),
+        ],
+    )
+    said = node_gate.tell_slurm("od-1", "gpus: 1 of 8", slurm, sleep=lambda s: None)
+    assert said.endswith("; requeue hold lifted on job 7"), said
+    assert [c for c in slurm.calls if c.startswith("scontrol")] == [
+        "scontrol update nodename=od-1 state=down reason=coreburst: health check failed: "
+        "gpus: 1 of 8",
+        "scontrol update nodename=od-1 state=power_down_force",
+        "scontrol update jobid=7 StartTime=now",
+    ]
+
+
+def test_no_hold_is_lifted_blind_or_past_the_wait() -> None:
+    # squeue unreadable: the node is still taken out, the hold is left to Slurm
+    slurm = _Slurm("7\n", ["not json"])
+    said = node_gate.tell_slurm("od-1", "efa: 0 of 32", slurm, sleep=lambda s: None)
+    assert said.endswith("squeue unreadable, requeue holds left to Slurm")
+    assert not [c for c in slurm.calls if "jobid=" in c]
+    # still completing when the wait ends: nothing lifted
+    ticks = iter(range(100))
+    slurm = _Slurm("7\n", [_job(["RUNNING"], 0), _job(["PENDING", "COMPLETING"], 1, "BeginTime")])
+    said = node_gate.tell_slurm(
+        "od-1", "efa: 0 of 32", slurm, sleep=lambda s: None, clock=lambda: float(next(ticks))
+    )
+    assert "lifted" not in said and not [c for c in slurm.calls if "jobid=" in c]
+    # no job on the node: one squeue, no JSON read
+    slurm = _Slurm("", [])
+    node_gate.tell_slurm("od-1", "efa: 0 of 32", slurm)
+    assert [c for c in slurm.calls if c.startswith("squeue")] == ["squeue -h -w od-1 -o %A"]
