@@ -32,7 +32,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from coreburst.burst import ec2io
 from coreburst.burst.claims import Batch, Claims, new_token
 from coreburst.burst.config import BurstStack
-from coreburst.burst.ec2errors import UNFULFILLABLE, classify, resolve
+from coreburst.burst.ec2errors import UNFULFILLABLE, backoff_s, classify, resolve
 from coreburst.burst.hostlist import compress
 from coreburst.burst.slurmconf import NodeSet
 from coreburst.common.names import (
@@ -146,6 +146,8 @@ class Launcher:
         self.owner_tags = owner_tags
         self._templates: dict[str, str] | None = None
         self._subnets: dict[str, str] | None = None
+        # error code -> EC2's message with it (the last one seen): quoted where a pool is held.
+        self.messages: dict[str, str] = {}
 
     @property
     def claims(self) -> Claims:
@@ -381,7 +383,12 @@ class Launcher:
             )
             if not isinstance(exc, ClientError) or status >= 500 or "Limit" in error_code(exc):
                 result.unsure.update(nodes)
-            return {}, error_code(exc)
+            code = error_code(exc)
+            if isinstance(exc, ClientError):
+                self.messages[code] = str(exc.response.get("Error", {}).get("Message") or "")
+                if classify(code) in ("capacity", "unknown"):
+                    self._back_off(ns, list(choices), code)
+            return {}, code
         ids: list[str] = []
         type_of: dict[str, str] = {}
         for item in resp.get("Instances", []):
@@ -399,22 +406,21 @@ class Launcher:
             failed_choices: dict[tuple[str, str], str] = {}
             for e in errors:
                 c = e.get("ErrorCode")
+                if c and e.get("ErrorMessage"):
+                    self.messages.setdefault(c, str(e["ErrorMessage"]))
                 where = self._choice_of(e, ns)
-                if c and c != UNFULFILLABLE and where is not None:
+                # A pointer names a choice only when it is the whole answer (spot, mostly).
+                if c and (c != UNFULFILLABLE or code == UNFULFILLABLE) and where is not None:
                     failed_choices.setdefault(where, c)
-            if classify(code) == "capacity":
+            if classify(code) in ("capacity", "unknown"):
                 # Only the choices an error names; an answer naming none: every one offered.
-                off = [c for c in choices if classify(failed_choices.get(c, "")) == "capacity"]
-                if not failed_choices:
-                    off = list(choices)
-                self.claims.back_off(ns.cluster, off, code, self.stack.settings.capacity_backoff_s)
-                self.audit(
-                    "resume.backoff",
-                    pool=ns.cluster,
-                    choices=[f"{t}@{z}" for t, z in off],
-                    code=code,
-                    seconds=self.stack.settings.capacity_backoff_s,
-                )
+                off = [
+                    c
+                    for c in choices
+                    if c in failed_choices
+                    and classify(failed_choices[c]) in ("capacity", "unknown")
+                ]
+                self._back_off(ns, off if failed_choices else list(choices), code)
             log.warning(
                 "CreateFleet for %s: %d of %d instances (%s; %s)",
                 compress(nodes),
@@ -426,6 +432,33 @@ class Launcher:
         launched = dict(zip(nodes, ids, strict=False))
         result.types.update({n: type_of[i] for n, i in launched.items()})
         return launched, code
+
+    def _back_off(self, ns: NodeSet, off: list[tuple[str, str]], code: str) -> None:
+        """Back ``off`` (type, zone) choices of the pool off after ``code``: a capacity answer
+        for ``capacityBackoffS``; an unknown code for a growing, bounded time
+        (coreburst/burst/ec2errors.py ``backoff_s``), with one ``resume.alert`` the first
+        time in a row, so a person looks at it without the pool being held for ever."""
+        base = self.stack.settings.capacity_backoff_s
+        strike = 1
+        if classify(code) == "unknown":
+            strike = self.claims.strike(ns.cluster, code, forget_after_s=4 * backoff_s(code, base, 99))
+        seconds = backoff_s(code, base, strike)
+        self.claims.back_off(ns.cluster, off, code, seconds)
+        self.audit(
+            "resume.backoff",
+            pool=ns.cluster,
+            choices=[f"{t}@{z}" for t, z in off],
+            code=code,
+            seconds=seconds,
+        )
+        if classify(code) == "unknown" and strike == 1:
+            message = self.messages.get(code, "")
+            log.error(
+                "CreateFleet for pool %s: unknown error %s (%s): backing off %ds, growing "
+                "while it repeats; tell coreburst's maintainers what it means",
+                ns.cluster, code, message or "no message", seconds,
+            )  # fmt: skip
+            self.audit("resume.alert", pool=ns.cluster, code=code, message=message, seconds=seconds)
 
     def terminate(self, ids: list[str]) -> None:
         for chunk in chunks(ids, 1000):

@@ -161,6 +161,7 @@ class Power:
             stack, ec2, slurm, audit, nodes_of=self.nodes_of, claims=lambda: self.claims,
             fail_nodes=self.side.fail_nodes, owner_tags=self.side.run_owner_tags,
         )  # fmt: skip
+        self.side.messages = self.launcher.messages  # EC2's words, quoted where a pool is held
         # The spend gate; its guardrails state (``spend``) is opened on first use when not given.
         self.gate = Gate(
             stack, slurm, audit, now=now, nodes_of=self.nodes_of, side=self.side, store=spend
