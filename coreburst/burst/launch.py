@@ -441,7 +441,8 @@ class Launcher:
         base = self.stack.settings.capacity_backoff_s
         strike = 1
         if classify(code) == "unknown":
-            strike = self.claims.strike(ns.cluster, code, forget_after_s=4 * backoff_s(code, base, 99))
+            forget = 4 * backoff_s(code, base, 99)  # quiet for long: the count starts again
+            strike = self.claims.strike(ns.cluster, code, forget_after_s=forget)
         seconds = backoff_s(code, base, strike)
         self.claims.back_off(ns.cluster, off, code, seconds)
         self.audit(

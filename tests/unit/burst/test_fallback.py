@@ -315,9 +315,7 @@ def test_instances_carry_the_job_user_and_account_they_were_launched_for(
 NO_SPOT = "There is no Spot capacity available that matches your request."
 
 
-def _errors(
-    power: Power, errors: list[tuple[str, str, str | None, str | None]]
-) -> dict[str, Any]:
+def _errors(power: Power, errors: list[tuple[str, str, str | None, str | None]]) -> dict[str, Any]:
     """A CreateFleet answer with no instance and these (code, message, type, zone) errors."""
     subnets = power.subnets()
     out = []
