@@ -118,10 +118,12 @@ bench: setup
 
 ## Submit -> running on a burst node on the local Slurm lab, and the resume program's wall time
 ## and EC2 calls at 64 / 500 nodes (needs root and Slurm; not a test); then the resume program's
-## CPU to its first AWS call, direct and through the burst agent (benchmarks/resume_startup.py).
+## CPU to its first AWS call, direct and through the burst agent (benchmarks/resume_startup.py);
+## then 24 h of capacity answers replayed: holds, backoffs, job waits (benchmarks/capacity_replay.py).
 bench-burst: setup
 	$(BIN)/python benchmarks/burst_resume.py --sizes $(if $(SIZES),$(SIZES),64,500)
 	$(BIN)/python benchmarks/resume_startup.py
+	$(BIN)/python benchmarks/capacity_replay.py
 
 ## The guardrail daemon for AWS Lambda (python3.11, x86_64) in build/lambda: this project's
 ## wheel installed with its guardrails extra (`pip install '.[guardrails]' --target`).

@@ -32,3 +32,14 @@ def test_bench_burst_defaults_to_64_and_500_nodes() -> None:
         require("GNU make is not installed")
     assert _recipe().endswith("--sizes 64,500")
     assert _recipe("SIZES=1000").endswith("--sizes 1000")
+
+
+def test_bench_burst_prints_the_capacity_replay() -> None:
+    """Issue 33 item 1: ``make bench-burst`` prints the replay's holds, backoffs and waits."""
+    if shutil.which("make") is None:
+        require("GNU make is not installed")
+    out = subprocess.run(
+        ["make", "-n", "-C", str(REPO), "bench-burst"],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout  # fmt: skip
+    assert any(x.endswith("benchmarks/capacity_replay.py") for x in out.splitlines())
