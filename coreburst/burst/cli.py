@@ -22,6 +22,8 @@ from typing import Annotated
 import typer
 
 from coreburst.burst.config import BurstStack, load_burst_stack
+from coreburst.burst.ec2io import DeadlineExceeded
+from coreburst.burst.hostlist import compress
 from coreburst.burst.power import (
     Audit,
     Power,
@@ -309,22 +311,27 @@ def _setup_logs(s: BurstStack) -> Audit:
     return Audit(s.settings.audit_log)
 
 
-def _power(stack: str, stack_dir: Path) -> Power:
+def _power(stack: str, stack_dir: Path, kind: str) -> Power:
     import boto3  # imported here: slurm-conf needs no AWS SDK start-up
 
     s = _stack(stack, stack_dir)
     audit = _setup_logs(s)
+    from coreburst.burst import ec2io  # adaptive retries (throttling), deadlines
     from coreburst.burst.agent import botocore_session  # the agent's warm models (a child)
-    from coreburst.burst.ec2io import client_config  # adaptive retries (throttling)
     from coreburst.burst.fast import FALLBACK_ENV
 
     if why := os.environ.pop(FALLBACK_ENV, None):
         logging.getLogger("coreburst.burst.agent").warning("agent not used: %s", _escaped(why))
+    # Every AWS call ends before Slurm gives up on the program (its ResumeTimeout or
+    # SuspendTimeout, counted from the program's start).
+    limits = ec2io.budget(kind, s.settings.resume_timeout, s.settings.suspend_timeout)
     session = boto3.session.Session(
         region_name=s.config.region, botocore_session=botocore_session()
     )
-    ec2 = session.client("ec2", config=client_config())
-    return Power(s, ec2, Scontrol(), audit)
+    ec2 = session.client("ec2", config=ec2io.client_config(limits=limits))
+    power = Power(s, ec2, Scontrol(), audit)
+    power.deadline = ec2io.Deadline(limits, started_s_ago=ec2io.process_age_s()).install(ec2)
+    return power
 
 
 def _run(program: str, power: Power, action: str, hostlist: str) -> None:
@@ -339,9 +346,17 @@ def _run(program: str, power: Power, action: str, hostlist: str) -> None:
         if action == "resume":
             result = power.resume(hostlist, resume_file_from_env())
             if result.failed:
+                if power.deadline is not None and power.deadline.spent:
+                    why = f"{program}: {power.deadline.spent}; nodes failed: "
+                    typer.echo(_escaped(f"error: {why}{compress(result.failed)}"), err=True)
                 raise typer.Exit(1)
         else:
             power.terminate(hostlist, action)
+    except DeadlineExceeded as exc:  # one line: Slurm's limit is near, nothing more is tried
+        log.error("%s %s: %s", program, shown, exc)
+        power.audit(f"{action}.deadline", hostlist=shown[:200], error=str(exc))
+        typer.echo(_escaped(f"error: {program}: {exc}"), err=True)
+        raise typer.Exit(1) from None
     except PowerInputError as exc:
         # Slurm discards stderr: the log file is where an operator finds the rejection.
         msg = _escaped(str(exc))
@@ -360,19 +375,19 @@ def _run(program: str, power: Power, action: str, hostlist: str) -> None:
 @app.command()
 def resume(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
     """ResumeProgram: launch instances for the nodes (reads SLURM_RESUME_FILE)."""
-    _run("resume", _power(stack, stack_dir), "resume", hostlist)
+    _run("resume", _power(stack, stack_dir, "resume"), "resume", hostlist)
 
 
 @app.command()
 def suspend(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
     """SuspendProgram: terminate the nodes' instances."""
-    _run("suspend", _power(stack, stack_dir), "suspend", hostlist)
+    _run("suspend", _power(stack, stack_dir, "suspend"), "suspend", hostlist)
 
 
 @app.command("resume-fail")
 def resume_fail(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
     """ResumeFailProgram: a node did not register in ResumeTimeout; terminate its instance."""
-    _run("resume-fail", _power(stack, stack_dir), "resume-fail", hostlist)
+    _run("resume-fail", _power(stack, stack_dir, "resume-fail"), "resume-fail", hostlist)
 
 
 @app.command("iam-policy")

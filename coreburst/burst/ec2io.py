@@ -38,13 +38,16 @@ unfiltered one (50, 10/s).
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
@@ -80,14 +83,142 @@ NO_ADDRESS = "NoPrivateIpAddress"
 GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
 
-def client_config(workers: int = TAG_WORKERS) -> Config:
+# Deadlines that fit Slurm's (issue 33 item 6). slurmctld gives a resume ResumeTimeout for
+# the node to register and a suspend SuspendTimeout (slurm.conf(5)); a power program's AWS
+# calls get a share of it, counted from the program's start, so that it fails its nodes and
+# says why before Slurm gives up on them. Each try has its own connect and read timeouts
+# (botocore's default read timeout is 60 s, times 6 attempts: 6 minutes against an endpoint
+# that accepts and never answers).
+RESUME_SHARE = 0.5  # the rest is the instance's boot and registration
+SUSPEND_SHARE = 0.8  # the rest is for telling Slurm
+CONNECT_TIMEOUT_MAX_S = 10.0
+READ_TIMEOUT_MAX_S = 60.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A power program's AWS deadline: ``total_s`` from its start, ``connect_s`` and
+    ``read_s`` per try; ``why`` names the Slurm limit it derives from."""
+
+    total_s: float
+    connect_s: float
+    read_s: float
+    why: str
+
+
+def budget(kind: str, resume_timeout_s: float, suspend_timeout_s: float) -> Budget:
+    """The AWS deadline of power program ``kind`` (resume, suspend, resume-fail).
+
+    >>> budget("resume", 1800, 120)
+    Budget(total_s=900.0, connect_s=10.0, read_s=60.0, why='half of ResumeTimeout=1800 s')
+    >>> budget("suspend", 1800, 120)
+    Budget(total_s=96.0, connect_s=9.6, read_s=32.0, why='80% of SuspendTimeout=120 s')
+    """
+    if kind == "resume":
+        total, why = (
+            resume_timeout_s * RESUME_SHARE,
+            f"half of ResumeTimeout={resume_timeout_s:g} s",
+        )
+    else:
+        total = suspend_timeout_s * SUSPEND_SHARE
+        why = f"{SUSPEND_SHARE:.0%} of SuspendTimeout={suspend_timeout_s:g} s"
+    return Budget(
+        total_s=total,
+        connect_s=round(min(CONNECT_TIMEOUT_MAX_S, total / 10), 3),
+        read_s=round(min(READ_TIMEOUT_MAX_S, total / 3), 3),
+        why=why,
+    )
+
+
+def client_config(workers: int = TAG_WORKERS, limits: Budget | None = None) -> Config:
     """The EC2 client's botocore Config: adaptive retries (client-side rate limiting after a
-    throttle, shared by every thread of the client) and a connection pool that fits the
-    tagging threads."""
+    throttle, shared by every thread of the client), a connection pool that fits the
+    tagging threads, and with ``limits`` its per-try connect and read timeouts."""
+    timeouts = (
+        {}
+        if limits is None
+        else {"connect_timeout": limits.connect_s, "read_timeout": limits.read_s}
+    )
     return Config(
         retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
         max_pool_connections=max(10, workers + 4),
+        **timeouts,
     )
+
+
+class DeadlineExceeded(BotoCoreError):  # noqa: N818 (the code Slurm shows: "(Code:DeadlineExceeded)")
+    """A power program's AWS deadline is spent: no further try is sent (one line)."""
+
+    fmt = "{msg}"
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (proc(5), /proc/self/stat field 22, against
+    CLOCK_BOOTTIME); 0 when that cannot be read. slurmctld's clock starts there."""
+    try:
+        stat = Path("/proc/self/stat").read_text(encoding="ascii", errors="replace")
+        ticks = int(stat.rpartition(")")[2].split()[19])
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+class Deadline:
+    """Ends a client's tries at the program's deadline: before each HTTP try (botocore's
+    ``before-send`` event, after the adaptive rate limiter's wait) a try whose connect and
+    read timeouts would not fit in what is left is not sent; the call raises
+    :class:`DeadlineExceeded` naming the endpoint, the deadline, its source and the last
+    error. Not retried (it is no connection error), so every caller's ``BotoCoreError``
+    handling fails its nodes with code ``DeadlineExceeded``.
+
+        >>> Deadline(budget("suspend", 1800, 120)).install(ec2)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        limits: Budget,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        started_s_ago: float = 0.0,
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self.end = clock() - started_s_ago + limits.total_s
+        self.tries = 0
+        self.last: str | None = None
+        self.spent: str | None = None  # the message, once the deadline stopped a try
+        self._lock = threading.Lock()
+
+    def install(self, client: Any) -> Deadline:
+        client.meta.events.register("before-send.ec2", self._before_send)
+        client.meta.events.register("needs-retry.ec2", self._note)
+        return self
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+    def _before_send(self, request: Any = None, **_: Any) -> None:
+        lim = self.limits
+        if self.left() < lim.connect_s + lim.read_s:
+            host = urlsplit(getattr(request, "url", "") or "").netloc or "EC2"
+            msg = (
+                f"EC2 ({host}) gave no answer within the power program's AWS deadline of "
+                f"{lim.total_s:g} s ({lim.why}; {lim.connect_s:.3g} s to connect and "
+                f"{lim.read_s:.3g} s to read per try): "
+                + (f"{self.tries} tries" if self.tries != 1 else "1 try")
+                + (f", the last {self.last}" if self.last else "")
+                + "; check the network path to EC2 (proxy, VPC endpoint, firewall)"
+            )
+            with self._lock:
+                self.spent = msg
+            raise DeadlineExceeded(msg=msg)
+        with self._lock:
+            self.tries += 1
+
+    def _note(self, caught_exception: BaseException | None = None, **_: Any) -> None:
+        if caught_exception is not None:
+            with self._lock:
+                self.last = f"{type(caught_exception).__name__}: {caught_exception}"
 
 
 def deadline(kind: str, count: int, resume_timeout_s: float) -> float:

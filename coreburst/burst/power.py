@@ -43,6 +43,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from coreburst.burst.claims import Batch, Claims
 from coreburst.burst.config import BurstStack
+from coreburst.burst.ec2io import Deadline
 from coreburst.burst.gate import Gate
 from coreburst.burst.hostlist import HostlistError, compress, expand
 from coreburst.burst.launch import (
@@ -162,6 +163,8 @@ class Power:
             fail_nodes=self.side.fail_nodes, owner_tags=self.side.run_owner_tags,
         )  # fmt: skip
         self.side.messages = self.launcher.messages  # EC2's words, quoted where a pool is held
+        # The AWS deadline the client was given (coreburst/burst/ec2io.py), when it was.
+        self.deadline: Deadline | None = None
         # The spend gate; its guardrails state (``spend``) is opened on first use when not given.
         self.gate = Gate(
             stack, slurm, audit, now=now, nodes_of=self.nodes_of, side=self.side, store=spend
