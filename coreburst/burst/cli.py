@@ -329,8 +329,14 @@ def _power(stack: str, stack_dir: Path, kind: str) -> Power:
         region_name=s.config.region, botocore_session=botocore_session()
     )
     ec2 = session.client("ec2", config=ec2io.client_config(limits=limits))
-    power = Power(s, ec2, Scontrol(), audit)
-    power.deadline = ec2io.Deadline(limits, started_s_ago=ec2io.process_age_s()).install(ec2)
+    deadline = ec2io.Deadline(limits, started_s_ago=ec2io.process_age_s())
+    deadline.install(ec2)
+
+    def tag_client() -> object:  # its own adaptive rate limiter; made after the launch
+        return deadline.install(session.client("ec2", config=ec2io.client_config(limits=limits)))
+
+    power = Power(s, ec2, Scontrol(), audit, tag_client=tag_client)
+    power.deadline = deadline
     return power
 
 

@@ -171,7 +171,7 @@ class Deadline:
     error. Not retried (it is no connection error), so every caller's ``BotoCoreError``
     handling fails its nodes with code ``DeadlineExceeded``.
 
-        >>> Deadline(budget("suspend", 1800, 120)).install(ec2)  # doctest: +SKIP
+        >>> ec2 = Deadline(budget("suspend", 1800, 120)).install(ec2)  # doctest: +SKIP
     """
 
     def __init__(
@@ -189,10 +189,11 @@ class Deadline:
         self.spent: str | None = None  # the message, once the deadline stopped a try
         self._lock = threading.Lock()
 
-    def install(self, client: Any) -> Deadline:
+    def install(self, client: Any) -> Any:
+        """Watch ``client``'s tries; returns the client (one deadline may watch several)."""
         client.meta.events.register("before-send.ec2", self._before_send)
         client.meta.events.register("needs-retry.ec2", self._note)
-        return self
+        return client
 
     def left(self) -> float:
         return self.end - self.clock()

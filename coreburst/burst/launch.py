@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -134,6 +135,7 @@ class Launcher:
         claims: Callable[[], Claims],
         fail_nodes: Callable[[dict[str, str]], None],
         owner_tags: Callable[[], dict[str, dict[str, str]]],
+        tag_client: Callable[[], Any] | None = None,
     ) -> None:
         self.stack = stack
         self.ec2 = ec2
@@ -146,6 +148,9 @@ class Launcher:
         self.owner_tags = owner_tags
         self._templates: dict[str, str] | None = None
         self._subnets: dict[str, str] | None = None
+        # node -> instance launched by this run, not tagged yet (start_tagging tags them).
+        self.untagged: dict[str, str] = {}
+        self.tag_client = tag_client
         # error code -> EC2's message with it (the last one seen): quoted where a pool is held.
         self.messages: dict[str, str] = {}
 
@@ -528,55 +533,84 @@ class Launcher:
         self._keep(got, result)
 
     def _keep(self, got: dict[str, str], result: ResumeResult) -> None:
-        """Tag what launched with its node, record it in the node's claim; an instance
-        whose node was suspended (or failed) meanwhile is terminated, not kept."""
-        if not got:
-            return
-        self._tag_nodes(got)
-        lost = self.claims.launched(got)
-        if lost:
-            ids = [got.pop(n) for n in lost]
-            log.warning("%s suspended while launching: terminating %s", compress(lost), ids)
-            self.terminate(ids)
-            self.audit("resume.cancelled", nodes=compress(lost), instances=sorted(ids))
+        """What launched: to be tagged with its node (:meth:`start_tagging`, off the path
+        that tells Slurm the addresses) and then recorded in the node's claim."""
+        self.untagged.update(got)
         result.launched.update(got)
 
-    def _tag_nodes(self, got: dict[str, str]) -> None:
-        """One CreateTags per instance (each carries its own node name), in parallel, each
-        retried on throttling and on an id EC2 does not show yet until a deadline
-        (coreburst/burst/ec2io.py). Until its tag lands an instance carries only the stack,
-        cluster and launch tags. A node whose tag never landed leaves ``got`` (its claim is
-        not recorded): it is failed back to Slurm with the error code and its instance
-        terminated, since suspend and the reconciler find instances by that tag."""
+    def start_tagging(self, result: ResumeResult) -> Callable[[], None]:
+        """Tag what launched (:meth:`_keep`) with its node (and the job, user and account it
+        is for) on a thread of its own, with its own EC2 client (``tag_client``) so that
+        CreateTags' throttling slows only itself (botocore's adaptive rate limiter is per
+        client) while the addresses are read and told to Slurm. Returns ``finish``: wait for
+        the tags, then record the claims; an instance whose node was suspended meanwhile is
+        terminated, not kept; one whose tag never landed is terminated and its node failed
+        (:meth:`_untagged`)."""
+        got, self.untagged = dict(self.untagged), {}
+        if not got:
+            return lambda: None
         deadline = ec2io.deadline("tags", len(got), self.stack.settings.resume_timeout)
         owner_tags = self.owner_tags()
         owners = {n: owner_tags[n] for n in got if n in owner_tags}
-        res = ec2io.tag_nodes(
-            self.ec2,
-            got,
-            self.node_tag,
-            deadline_s=deadline,
-            workers=TAG_WORKERS,
-            extra=owners,
-        )
-        if res.counts.throttled or res.counts.not_found:
-            log.info(
-                "CreateTags: %d calls for %d instances (%d throttled, %d not found yet)",
-                res.counts.calls, len(got), res.counts.throttled, res.counts.not_found,
-            )  # fmt: skip
-        if not res.failed:
-            return
-        ids = [got.pop(n) for n in res.failed]
+        client = self.tag_client() if self.tag_client is not None else self.ec2
+        box: dict[str, Any] = {}
+
+        def tag() -> None:
+            try:
+                box["res"] = ec2io.tag_nodes(
+                    client, got, self.node_tag, deadline_s=deadline, workers=TAG_WORKERS,
+                    extra=owners,
+                )  # fmt: skip
+            except Exception as exc:  # every node fails with it, below
+                box["exc"] = exc
+
+        thread = threading.Thread(target=tag, name="coreburst-tags", daemon=True)
+        thread.start()
+
+        def finish() -> None:
+            thread.join()
+            res = box.get("res")
+            if res is None:
+                res = ec2io.TagResult(failed=dict.fromkeys(got, error_code(box["exc"])))
+            if res.counts.throttled or res.counts.not_found:
+                log.info(
+                    "CreateTags: %d calls for %d instances (%d throttled, %d not found yet)",
+                    res.counts.calls, len(got), res.counts.throttled, res.counts.not_found,
+                )  # fmt: skip
+            tagged = {n: iid for n, iid in got.items() if n not in res.failed}
+            if res.failed:
+                self._untagged(res.failed, got, deadline, result)
+            lost = self.claims.launched(tagged)
+            if lost:
+                ids = [tagged[n] for n in lost]
+                for n in lost:
+                    result.launched.pop(n, None)
+                log.warning("%s suspended while launching: terminating %s", compress(lost), ids)
+                self.terminate(ids)
+                self.audit("resume.cancelled", nodes=compress(lost), instances=sorted(ids))
+
+        return finish
+
+    def _untagged(
+        self, failed: dict[str, str], got: dict[str, str], deadline: float, result: ResumeResult
+    ) -> None:
+        """A node whose tag never landed: its claim is not recorded, it is failed back to
+        Slurm with the error code and its instance terminated, since suspend and the
+        reconciler find instances by that tag. Until its tag lands an instance carries only
+        the stack, cluster and launch tags."""
+        ids = [got[n] for n in failed]
+        for n in failed:
+            result.launched.pop(n, None)
         log.error(
             "node tag not set on %s within %.0fs (%s): failing them, terminating %s",
-            compress(res.failed), deadline, ",".join(sorted(set(res.failed.values()))), ids,
+            compress(failed), deadline, ",".join(sorted(set(failed.values()))), ids,
         )  # fmt: skip
-        self.audit("resume.untagged", nodes=compress(res.failed), instances=sorted(ids))
+        self.audit("resume.untagged", nodes=compress(failed), instances=sorted(ids))
         try:
             self.terminate(ids)
         except (ClientError, BotoCoreError) as exc:  # untagged: the reconciler's orphan later
             log.error("cannot terminate untagged %s: %s", ids, exc)
-        self.fail_nodes({n: f"CreateTags:{code}" for n, code in res.failed.items()})
+        self.fail_nodes({n: f"CreateTags:{code}" for n, code in failed.items()})
 
     def tell_addresses(self, node_ids: dict[str, str]) -> None:
         """Tell Slurm each node's private IP and DNS name, read until EC2 shows every instance
