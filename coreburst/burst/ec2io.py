@@ -134,16 +134,13 @@ def client_config(workers: int = TAG_WORKERS, limits: Budget | None = None) -> C
     """The EC2 client's botocore Config: adaptive retries (client-side rate limiting after a
     throttle, shared by every thread of the client), a connection pool that fits the
     tagging threads, and with ``limits`` its per-try connect and read timeouts."""
-    timeouts = (
-        {}
-        if limits is None
-        else {"connect_timeout": limits.connect_s, "read_timeout": limits.read_s}
-    )
-    return Config(
+    config = Config(
         retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
         max_pool_connections=max(10, workers + 4),
-        **timeouts,
     )
+    if limits is None:
+        return config
+    return config.merge(Config(connect_timeout=limits.connect_s, read_timeout=limits.read_s))
 
 
 class DeadlineExceeded(BotoCoreError):  # noqa: N818 (the code Slurm shows: "(Code:DeadlineExceeded)")

@@ -388,12 +388,12 @@ class Launcher:
             )
             if not isinstance(exc, ClientError) or status >= 500 or "Limit" in error_code(exc):
                 result.unsure.update(nodes)
-            code = error_code(exc)
+            exc_code = error_code(exc)
             if isinstance(exc, ClientError):
-                self.messages[code] = str(exc.response.get("Error", {}).get("Message") or "")
-                if classify(code) in ("capacity", "unknown"):
-                    self._back_off(ns, list(choices), code)
-            return {}, code
+                self.messages[exc_code] = str(exc.response.get("Error", {}).get("Message") or "")
+                if classify(exc_code) in ("capacity", "unknown"):
+                    self._back_off(ns, list(choices), exc_code)
+            return {}, exc_code
         ids: list[str] = []
         type_of: dict[str, str] = {}
         for item in resp.get("Instances", []):
