@@ -20,7 +20,7 @@ from moto import mock_aws
 from coreburst.burst import ec2model, programs
 from tests.helpers.aws import fake_aws_env
 from tests.helpers.burst import CLUSTERS, stack_map, write_stack
-from tests.unit.burst.test_iam_policy import power_operations
+from tests.helpers.ec2ops import power_operations
 
 REPO = Path(__file__).resolve().parents[3]
 
