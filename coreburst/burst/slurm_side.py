@@ -290,8 +290,9 @@ class SlurmSide:
     def hold_pools(self, by_code: dict[str, list[str]]) -> None:
         """Hold a pool whose launch failed so Slurm stops choosing its nodes and the jobs
         start elsewhere now (coreburst/burst/ec2errors.py): out of every (type, zone)
-        choice after capacity errors, a MAINT reservation ``coreburst-backoff-<pool>-<ms>``
-        that ends by itself after ``capacityBackoffS``; a quota or an invalid request,
+        choice after capacity errors (or a code nobody knows yet), a MAINT reservation
+        ``coreburst-backoff-<pool>-<ms>`` that ends by itself when the choices' backoff does
+        (``capacityBackoffS``; longer for a repeated unknown code); a quota or an invalid request,
         ``coreburst-protect-<pool>`` until an operator lifts it (``coreburst burst
         release-hold``). The guardrails' burst-reconcile rule tells Slack about each. Nodes
         that have an instance are left out (their jobs keep running)."""
