@@ -121,11 +121,13 @@ bench: setup
 ## CPU to its first AWS call, direct and through the burst agent (benchmarks/resume_startup.py);
 ## then requeue -> running again after a capacity failure, a spot interruption and a failed boot
 ## check on this host's Slurm (benchmarks/requeue_restart.py; another release:
-## .ci/slurm-chroot.sh 26.05 --run python benchmarks/requeue_restart.py).
+## .ci/slurm-chroot.sh 26.05 --run python benchmarks/requeue_restart.py); then 24 h of capacity
+## answers replayed: holds, backoffs, job waits (benchmarks/capacity_replay.py).
 bench-burst: setup
 	$(BIN)/python benchmarks/burst_resume.py --sizes $(if $(SIZES),$(SIZES),64,500)
 	$(BIN)/python benchmarks/resume_startup.py
 	$(BIN)/python benchmarks/requeue_restart.py
+	$(BIN)/python benchmarks/capacity_replay.py
 
 ## cost report over a 30-day window of 100,000 and 1,000,000 generated job runs (recorded
 ## 22.05 sacct --json layout, a sacct stand-in on PATH): wall, CPU, peak RSS, totals

@@ -45,6 +45,9 @@ CREATE TABLE IF NOT EXISTS claims (
 CREATE TABLE IF NOT EXISTS backoff (
   pool TEXT NOT NULL, itype TEXT NOT NULL, zone TEXT NOT NULL, code TEXT NOT NULL,
   until REAL NOT NULL, PRIMARY KEY (pool, itype, zone));
+CREATE TABLE IF NOT EXISTS strikes (
+  pool TEXT NOT NULL, code TEXT NOT NULL, count INTEGER NOT NULL, last REAL NOT NULL,
+  PRIMARY KEY (pool, code));
 """
 LAUNCHING, LAUNCHED = "launching", "launched"
 
@@ -289,10 +292,29 @@ class Claims:
         )
         return {(t, z): (code, until) for t, z, code, until in rows}
 
+    def strike(self, pool: str, code: str, forget_after_s: float) -> int:
+        """Count one more ``code`` answer for ``pool`` and return how many in a row: 1 when
+        the last was more than ``forget_after_s`` ago (or never). Sizes the growing backoff
+        of an unknown code (coreburst/burst/ec2errors.py ``backoff_s``)."""
+        now = self.clock()
+        db = self._txn()
+        try:
+            row = db.execute(
+                "SELECT count, last FROM strikes WHERE pool=? AND code=?", (pool, code)
+            ).fetchone()
+            count = 1 if row is None or now - float(row[1]) > forget_after_s else int(row[0]) + 1
+            db.execute("INSERT OR REPLACE INTO strikes VALUES (?,?,?,?)", (pool, code, count, now))
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return count
+
     def forgive(self, pool: str) -> int:
         """Lift every backoff of ``pool`` now (``coreburst burst release-hold``)."""
         db = self._txn()
         try:
+            db.execute("DELETE FROM strikes WHERE pool=?", (pool,))
             n = db.execute("DELETE FROM backoff WHERE pool=?", (pool,)).rowcount
             db.execute("COMMIT")
         except BaseException:

@@ -24,12 +24,11 @@ from typing import Annotated, Any
 
 import typer
 
+from coreburst.burst import programs
 from coreburst.burst.config import BurstStack, load_burst_stack
 from coreburst.burst.power import (
     Audit,
     Power,
-    PowerInputError,
-    resume_file_from_env,
 )
 from coreburst.burst.slurmconf import (
     render_gres,
@@ -57,14 +56,7 @@ HERE = Path(".")
 HostlistArg = Annotated[str, typer.Argument(help="Slurm hostlist, e.g. p5-[1-4].")]
 
 
-def _escaped(text: str) -> str:
-    """``text`` with what is not UTF-8 written as ``\\xNN``: Python decodes such argv bytes
-    to lone surrogates (PEP 383), which neither a UTF-8 log file nor a terminal can take."""
-    try:
-        raw = text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:  # a surrogate that stands for no byte (e.g. from JSON)
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return raw.decode("utf-8", "backslashreplace")
+_escaped = programs.escaped
 
 
 def _fail(msg: str) -> typer.Exit:
@@ -295,87 +287,42 @@ def install(  # noqa: PLR0917 (typer: one parameter per option)
 
 def _setup_logs(s: BurstStack) -> Audit:
     try:
-        for p in (s.settings.log_file, s.settings.audit_log):
-            p.parent.mkdir(parents=True, exist_ok=True)
-        # backslashreplace: a record is never lost to "--- Logging error ---" on stderr.
-        handler = logging.FileHandler(
-            s.settings.log_file, encoding="utf-8", errors="backslashreplace"
-        )
-        with s.settings.audit_log.open("a", encoding="utf-8"):
-            pass
-    except OSError as exc:
-        raise _fail(f"cannot write the burst logs ({exc.filename}): {exc.strerror}") from None
-    handler.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(message)s"))
-    logger = logging.getLogger("coreburst.burst")
-    logger.handlers[:] = [handler]
-    logger.setLevel(logging.INFO)
-    return Audit(s.settings.audit_log)
+        return programs.setup_logs(s)
+    except programs.ProgramExit as exc:
+        raise typer.Exit(exc.code) from None
 
 
-def _power(stack: str, stack_dir: Path) -> Power:
-    import boto3  # imported here: slurm-conf needs no AWS SDK start-up
-
-    s = _stack(stack, stack_dir)
-    audit = _setup_logs(s)
-    from coreburst.burst.agent import botocore_session  # the agent's warm models (a child)
-    from coreburst.burst.ec2io import client_config  # adaptive retries (throttling)
-    from coreburst.burst.fast import FALLBACK_ENV
-
-    if why := os.environ.pop(FALLBACK_ENV, None):
-        logging.getLogger("coreburst.burst.agent").warning("agent not used: %s", _escaped(why))
-    session = boto3.session.Session(
-        region_name=s.config.region, botocore_session=botocore_session()
-    )
-    ec2 = session.client("ec2", config=client_config())
-    return Power(s, ec2, Scontrol(), audit)
+def _power(stack: str, stack_dir: Path, kind: str) -> Power:
+    """The power program (coreburst/burst/programs.py, which the rendered programs run
+    without typer when called in their own layout)."""
+    try:
+        return programs.build(stack, stack_dir, kind)
+    except programs.ProgramExit as exc:
+        raise typer.Exit(exc.code) from None
 
 
 def _run(program: str, power: Power, action: str, hostlist: str) -> None:
-    log = logging.getLogger("coreburst.burst.power")
-    shown = _escaped(hostlist)
-    try:
-        if shown != hostlist:
-            raise PowerInputError(
-                f"hostlist '{shown}' is not UTF-8: Slurm node names are letters, digits and "
-                ". _ - (e.g. p5-[1-4]); check the NodeName lines slurmctld reads"
-            )
-        if action == "resume":
-            result = power.resume(hostlist, resume_file_from_env())
-            if result.failed:
-                raise typer.Exit(1)
-        else:
-            power.terminate(hostlist, action)
-    except PowerInputError as exc:
-        # Slurm discards stderr: the log file is where an operator finds the rejection.
-        msg = _escaped(str(exc))
-        log.error("%s %s: %s", program, shown, msg)
-        power.audit(f"{action}.rejected", hostlist=shown[:200], error=msg)
-        raise _fail(msg) from None
-    except typer.Exit:
-        raise
-    except Exception as exc:  # Slurm discards stderr: the log must say what went wrong.
-        log.exception("%s %s failed", program, shown)
-        power.audit(f"{action}.error", hostlist=shown[:200], error=type(exc).__name__)
-        typer.echo(_escaped(f"error: {program}: {type(exc).__name__}: {exc}"), err=True)
-        raise typer.Exit(1) from None
+    code = programs.run(program, power, action, hostlist)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()
 def resume(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
     """ResumeProgram: launch instances for the nodes (reads SLURM_RESUME_FILE)."""
-    _run("resume", _power(stack, stack_dir), "resume", hostlist)
+    _run("resume", _power(stack, stack_dir, "resume"), "resume", hostlist)
 
 
 @app.command()
 def suspend(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
     """SuspendProgram: terminate the nodes' instances."""
-    _run("suspend", _power(stack, stack_dir), "suspend", hostlist)
+    _run("suspend", _power(stack, stack_dir, "suspend"), "suspend", hostlist)
 
 
 @app.command("resume-fail")
 def resume_fail(hostlist: HostlistArg, stack: StackOpt, stack_dir: StackDirOpt = HERE) -> None:
     """ResumeFailProgram: a node did not register in ResumeTimeout; terminate its instance."""
-    _run("resume-fail", _power(stack, stack_dir), "resume-fail", hostlist)
+    _run("resume-fail", _power(stack, stack_dir, "resume-fail"), "resume-fail", hostlist)
 
 
 @app.command("iam-policy")

@@ -38,13 +38,16 @@ unfiltered one (50, 10/s).
 from __future__ import annotations
 
 import logging
+import os
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
@@ -80,14 +83,140 @@ NO_ADDRESS = "NoPrivateIpAddress"
 GONE_STATES = ("shutting-down", "terminated", "stopping", "stopped")
 
 
-def client_config(workers: int = TAG_WORKERS) -> Config:
+# Deadlines that fit Slurm's (issue 33 item 6). slurmctld gives a resume ResumeTimeout for
+# the node to register and a suspend SuspendTimeout (slurm.conf(5)); a power program's AWS
+# calls get a share of it, counted from the program's start, so that it fails its nodes and
+# says why before Slurm gives up on them. Each try has its own connect and read timeouts
+# (botocore's default read timeout is 60 s, times 6 attempts: 6 minutes against an endpoint
+# that accepts and never answers).
+RESUME_SHARE = 0.5  # the rest is the instance's boot and registration
+SUSPEND_SHARE = 0.8  # the rest is for telling Slurm
+CONNECT_TIMEOUT_MAX_S = 10.0
+READ_TIMEOUT_MAX_S = 60.0
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A power program's AWS deadline: ``total_s`` from its start, ``connect_s`` and
+    ``read_s`` per try; ``why`` names the Slurm limit it derives from."""
+
+    total_s: float
+    connect_s: float
+    read_s: float
+    why: str
+
+
+def budget(kind: str, resume_timeout_s: float, suspend_timeout_s: float) -> Budget:
+    """The AWS deadline of power program ``kind`` (resume, suspend, resume-fail).
+
+    >>> budget("resume", 1800, 120)
+    Budget(total_s=900.0, connect_s=10.0, read_s=60.0, why='half of ResumeTimeout=1800 s')
+    >>> budget("suspend", 1800, 120)
+    Budget(total_s=96.0, connect_s=9.6, read_s=32.0, why='80% of SuspendTimeout=120 s')
+    """
+    if kind == "resume":
+        total, why = (
+            resume_timeout_s * RESUME_SHARE,
+            f"half of ResumeTimeout={resume_timeout_s:g} s",
+        )
+    else:
+        total = suspend_timeout_s * SUSPEND_SHARE
+        why = f"{SUSPEND_SHARE:.0%} of SuspendTimeout={suspend_timeout_s:g} s"
+    return Budget(
+        total_s=total,
+        connect_s=round(min(CONNECT_TIMEOUT_MAX_S, total / 10), 3),
+        read_s=round(min(READ_TIMEOUT_MAX_S, total / 3), 3),
+        why=why,
+    )
+
+
+def client_config(workers: int = TAG_WORKERS, limits: Budget | None = None) -> Config:
     """The EC2 client's botocore Config: adaptive retries (client-side rate limiting after a
-    throttle, shared by every thread of the client) and a connection pool that fits the
-    tagging threads."""
-    return Config(
+    throttle, shared by every thread of the client), a connection pool that fits the
+    tagging threads, and with ``limits`` its per-try connect and read timeouts."""
+    config = Config(
         retries={"mode": "adaptive", "total_max_attempts": MAX_ATTEMPTS},
         max_pool_connections=max(10, workers + 4),
     )
+    if limits is None:
+        return config
+    return config.merge(Config(connect_timeout=limits.connect_s, read_timeout=limits.read_s))
+
+
+class DeadlineExceeded(BotoCoreError):  # noqa: N818 (the code Slurm shows: "(Code:DeadlineExceeded)")
+    """A power program's AWS deadline is spent: no further try is sent (one line)."""
+
+    fmt = "{msg}"
+
+
+def process_age_s() -> float:
+    """Seconds since this process started (proc(5), /proc/self/stat field 22, against
+    CLOCK_BOOTTIME); 0 when that cannot be read. slurmctld's clock starts there."""
+    try:
+        stat = Path("/proc/self/stat").read_text(encoding="ascii", errors="replace")
+        ticks = int(stat.rpartition(")")[2].split()[19])
+        return max(0.0, time.clock_gettime(time.CLOCK_BOOTTIME) - ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return 0.0
+
+
+class Deadline:
+    """Ends a client's tries at the program's deadline: before each HTTP try (botocore's
+    ``before-send`` event, after the adaptive rate limiter's wait) a try whose connect and
+    read timeouts would not fit in what is left is not sent; the call raises
+    :class:`DeadlineExceeded` naming the endpoint, the deadline, its source and the last
+    error. Not retried (it is no connection error), so every caller's ``BotoCoreError``
+    handling fails its nodes with code ``DeadlineExceeded``.
+
+        >>> ec2 = Deadline(budget("suspend", 1800, 120)).install(ec2)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        limits: Budget,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        started_s_ago: float = 0.0,
+    ) -> None:
+        self.limits = limits
+        self.clock = clock
+        self.end = clock() - started_s_ago + limits.total_s
+        self.tries = 0
+        self.last: str | None = None
+        self.spent: str | None = None  # the message, once the deadline stopped a try
+        self._lock = threading.Lock()
+
+    def install(self, client: Any) -> Any:
+        """Watch ``client``'s tries; returns the client (one deadline may watch several)."""
+        client.meta.events.register("before-send.ec2", self._before_send)
+        client.meta.events.register("needs-retry.ec2", self._note)
+        return client
+
+    def left(self) -> float:
+        return self.end - self.clock()
+
+    def _before_send(self, request: Any = None, **_: Any) -> None:
+        lim = self.limits
+        if self.left() < lim.connect_s + lim.read_s:
+            host = urlsplit(getattr(request, "url", "") or "").netloc or "EC2"
+            msg = (
+                f"EC2 ({host}) gave no answer within the power program's AWS deadline of "
+                f"{lim.total_s:g} s ({lim.why}; {lim.connect_s:.3g} s to connect and "
+                f"{lim.read_s:.3g} s to read per try): "
+                + (f"{self.tries} tries" if self.tries != 1 else "1 try")
+                + (f", the last {self.last}" if self.last else "")
+                + "; check the network path to EC2 (proxy, VPC endpoint, firewall)"
+            )
+            with self._lock:
+                self.spent = msg
+            raise DeadlineExceeded(msg=msg)
+        with self._lock:
+            self.tries += 1
+
+    def _note(self, caught_exception: BaseException | None = None, **_: Any) -> None:
+        if caught_exception is not None:
+            with self._lock:
+                self.last = f"{type(caught_exception).__name__}: {caught_exception}"
 
 
 def deadline(kind: str, count: int, resume_timeout_s: float) -> float:
@@ -234,9 +363,12 @@ def _chunks(items: list[str], size: int) -> Iterator[list[str]]:
 
 
 def _describe(ec2: Any, ids: list[str], counts: Counts) -> dict[str, dict[str, Any]]:
-    """id -> instance for the ids EC2 shows now (unknown ids are left out, not errors)."""
-    seen: dict[str, dict[str, Any]] = {}
-    for chunk in _chunks(ids, FILTER_VALUES_MAX):
+    """id -> instance for the ids EC2 shows now (unknown ids are left out, not errors); the
+    chunks of :data:`FILTER_VALUES_MAX` ids are read at once, on a thread each (a round costs
+    one call's latency, not five)."""
+
+    def chunk_of(chunk: list[str]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
         token: str | None = None
         while True:
             kw: dict[str, Any] = {
@@ -252,12 +384,18 @@ def _describe(ec2: Any, ids: list[str], counts: Counts) -> dict[str, dict[str, A
                 raise
             counts.add()
             for res in page.get("Reservations", []):
-                for inst in res.get("Instances", []):
-                    seen[inst["InstanceId"]] = inst
+                out += res.get("Instances", [])
             token = page.get("NextToken")
             if not token:
-                break
-    return seen
+                return out
+
+    chunks = list(_chunks(ids, FILTER_VALUES_MAX))
+    if len(chunks) <= 1:
+        found = [chunk_of(c) for c in chunks]
+    else:
+        with ThreadPoolExecutor(max_workers=len(chunks)) as pool:
+            found = list(pool.map(chunk_of, chunks))
+    return {inst["InstanceId"]: inst for part in found for inst in part}
 
 
 def read_addresses(

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from coreburst.burst.ec2errors import classify
+from coreburst.burst.ec2errors import CHOICE_ONLY, classify
 from coreburst.common.names import BACKOFF_PREFIX, CAPACITY_BACKOFF_S, PROTECT_PREFIX
 from coreburst.common.textio import read_text
 
@@ -123,6 +123,7 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
         if (
             e.get("event") == "resume.failed"
             and classify(str(e.get("code", ""))) == "capacity"
+            and str(e.get("code", "")) not in CHOICE_ONLY
             and age < backoff
         ):
             for pool in pools:
@@ -150,6 +151,8 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
     for e in events:  # holds the resume program placed itself: Slack hears of each
         if e.get("event") != "resume.pool_held" or not e.get("reservation"):
             continue
+        if e.get("alert") is False:  # an unknown code's repeat: its first hold told already
+            continue
         pool, resv = str(e.get("pool", "")), str(e["reservation"])
         if float(e["ts"]) <= released.get(pool, -1):
             continue
@@ -163,6 +166,7 @@ def holds(events: list[dict[str, Any]], now: datetime, p: BurstReconcileConfig) 
                 minutes if isinstance(minutes, int) else None,
                 f"{e.get('code')} ({e.get('error_class')}) for pool {pool}, held at once by "
                 "the resume program"
+                + (f' (EC2: "{e["message"]}")' if e.get("message") else "")
                 + (
                     ""
                     if isinstance(minutes, int)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,7 +34,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from coreburst.burst import ec2io
 from coreburst.burst.claims import Batch, Claims, new_token
 from coreburst.burst.config import BurstStack
-from coreburst.burst.ec2errors import UNFULFILLABLE, classify, resolve
+from coreburst.burst.ec2errors import UNFULFILLABLE, backoff_s, classify, resolve
 from coreburst.burst.hostlist import compress
 from coreburst.burst.slurmconf import NodeSet
 from coreburst.common.names import (
@@ -137,6 +138,7 @@ class Launcher:
         claims: Callable[[], Claims],
         fail_nodes: Callable[[dict[str, str]], None],
         owner_tags: Callable[[], dict[str, dict[str, str]]],
+        tag_client: Callable[[], Any] | None = None,
     ) -> None:
         self.stack = stack
         self.ec2 = ec2
@@ -149,6 +151,11 @@ class Launcher:
         self.owner_tags = owner_tags
         self._templates: dict[str, str] | None = None
         self._subnets: dict[str, str] | None = None
+        # node -> instance launched by this run, not tagged yet (start_tagging tags them).
+        self.untagged: dict[str, str] = {}
+        self.tag_client = tag_client
+        # error code -> EC2's message with it (the last one seen): quoted where a pool is held.
+        self.messages: dict[str, str] = {}
 
     @property
     def claims(self) -> Claims:
@@ -384,7 +391,12 @@ class Launcher:
             )
             if not isinstance(exc, ClientError) or status >= 500 or "Limit" in error_code(exc):
                 result.unsure.update(nodes)
-            return {}, error_code(exc)
+            exc_code = error_code(exc)
+            if isinstance(exc, ClientError):
+                self.messages[exc_code] = str(exc.response.get("Error", {}).get("Message") or "")
+                if classify(exc_code) in ("capacity", "unknown"):
+                    self._back_off(ns, list(choices), exc_code)
+            return {}, exc_code
         ids: list[str] = []
         type_of: dict[str, str] = {}
         for item in resp.get("Instances", []):
@@ -402,22 +414,21 @@ class Launcher:
             failed_choices: dict[tuple[str, str], str] = {}
             for e in errors:
                 c = e.get("ErrorCode")
+                if c and e.get("ErrorMessage"):
+                    self.messages.setdefault(c, str(e["ErrorMessage"]))
                 where = self._choice_of(e, ns)
-                if c and c != UNFULFILLABLE and where is not None:
+                # A pointer names a choice only when it is the whole answer (spot, mostly).
+                if c and (c != UNFULFILLABLE or code == UNFULFILLABLE) and where is not None:
                     failed_choices.setdefault(where, c)
-            if classify(code) == "capacity":
+            if classify(code) in ("capacity", "unknown"):
                 # Only the choices an error names; an answer naming none: every one offered.
-                off = [c for c in choices if classify(failed_choices.get(c, "")) == "capacity"]
-                if not failed_choices:
-                    off = list(choices)
-                self.claims.back_off(ns.cluster, off, code, self.stack.settings.capacity_backoff_s)
-                self.audit(
-                    "resume.backoff",
-                    pool=ns.cluster,
-                    choices=[f"{t}@{z}" for t, z in off],
-                    code=code,
-                    seconds=self.stack.settings.capacity_backoff_s,
-                )
+                off = [
+                    c
+                    for c in choices
+                    if c in failed_choices
+                    and classify(failed_choices[c]) in ("capacity", "unknown")
+                ]
+                self._back_off(ns, off if failed_choices else list(choices), code)
             log.warning(
                 "CreateFleet for %s: %d of %d instances (%s; %s)",
                 compress(nodes),
@@ -429,6 +440,34 @@ class Launcher:
         launched = dict(zip(nodes, ids, strict=False))
         result.types.update({n: type_of[i] for n, i in launched.items()})
         return launched, code
+
+    def _back_off(self, ns: NodeSet, off: list[tuple[str, str]], code: str) -> None:
+        """Back ``off`` (type, zone) choices of the pool off after ``code``: a capacity answer
+        for ``capacityBackoffS``; an unknown code for a growing, bounded time
+        (coreburst/burst/ec2errors.py ``backoff_s``), with one ``resume.alert`` the first
+        time in a row, so a person looks at it without the pool being held for ever."""
+        base = self.stack.settings.capacity_backoff_s
+        strike = 1
+        if classify(code) == "unknown":
+            forget = 4 * backoff_s(code, base, 99)  # quiet for long: the count starts again
+            strike = self.claims.strike(ns.cluster, code, forget_after_s=forget)
+        seconds = backoff_s(code, base, strike)
+        self.claims.back_off(ns.cluster, off, code, seconds)
+        self.audit(
+            "resume.backoff",
+            pool=ns.cluster,
+            choices=[f"{t}@{z}" for t, z in off],
+            code=code,
+            seconds=seconds,
+        )
+        if classify(code) == "unknown" and strike == 1:
+            message = self.messages.get(code, "")
+            log.error(
+                "CreateFleet for pool %s: unknown error %s (%s): backing off %ds, growing "
+                "while it repeats; tell coreburst's maintainers what it means",
+                ns.cluster, code, message or "no message", seconds,
+            )  # fmt: skip
+            self.audit("resume.alert", pool=ns.cluster, code=code, message=message, seconds=seconds)
 
     def terminate(self, ids: list[str]) -> None:
         for chunk in chunks(ids, 1000):
@@ -497,55 +536,84 @@ class Launcher:
         self._keep(got, result)
 
     def _keep(self, got: dict[str, str], result: ResumeResult) -> None:
-        """Tag what launched with its node, record it in the node's claim; an instance
-        whose node was suspended (or failed) meanwhile is terminated, not kept."""
-        if not got:
-            return
-        self._tag_nodes(got)
-        lost = self.claims.launched(got)
-        if lost:
-            ids = [got.pop(n) for n in lost]
-            log.warning("%s suspended while launching: terminating %s", compress(lost), ids)
-            self.terminate(ids)
-            self.audit("resume.cancelled", nodes=compress(lost), instances=sorted(ids))
+        """What launched: to be tagged with its node (:meth:`start_tagging`, off the path
+        that tells Slurm the addresses) and then recorded in the node's claim."""
+        self.untagged.update(got)
         result.launched.update(got)
 
-    def _tag_nodes(self, got: dict[str, str]) -> None:
-        """One CreateTags per instance (each carries its own node name), in parallel, each
-        retried on throttling and on an id EC2 does not show yet until a deadline
-        (coreburst/burst/ec2io.py). Until its tag lands an instance carries only the stack,
-        cluster and launch tags. A node whose tag never landed leaves ``got`` (its claim is
-        not recorded): it is failed back to Slurm with the error code and its instance
-        terminated, since suspend and the reconciler find instances by that tag."""
+    def start_tagging(self, result: ResumeResult) -> Callable[[], None]:
+        """Tag what launched (:meth:`_keep`) with its node (and the job, user and account it
+        is for) on a thread of its own, with its own EC2 client (``tag_client``) so that
+        CreateTags' throttling slows only itself (botocore's adaptive rate limiter is per
+        client) while the addresses are read and told to Slurm. Returns ``finish``: wait for
+        the tags, then record the claims; an instance whose node was suspended meanwhile is
+        terminated, not kept; one whose tag never landed is terminated and its node failed
+        (:meth:`_untagged`)."""
+        got, self.untagged = dict(self.untagged), {}
+        if not got:
+            return lambda: None
         deadline = ec2io.deadline("tags", len(got), self.stack.settings.resume_timeout)
         owner_tags = self.owner_tags()
         owners = {n: owner_tags[n] for n in got if n in owner_tags}
-        res = ec2io.tag_nodes(
-            self.ec2,
-            got,
-            self.node_tag,
-            deadline_s=deadline,
-            workers=TAG_WORKERS,
-            extra=owners,
-        )
-        if res.counts.throttled or res.counts.not_found:
-            log.info(
-                "CreateTags: %d calls for %d instances (%d throttled, %d not found yet)",
-                res.counts.calls, len(got), res.counts.throttled, res.counts.not_found,
-            )  # fmt: skip
-        if not res.failed:
-            return
-        ids = [got.pop(n) for n in res.failed]
+        client = self.tag_client() if self.tag_client is not None else self.ec2
+        box: dict[str, Any] = {}
+
+        def tag() -> None:
+            try:
+                box["res"] = ec2io.tag_nodes(
+                    client, got, self.node_tag, deadline_s=deadline, workers=TAG_WORKERS,
+                    extra=owners,
+                )  # fmt: skip
+            except Exception as exc:  # every node fails with it, below
+                box["exc"] = exc
+
+        thread = threading.Thread(target=tag, name="coreburst-tags", daemon=True)
+        thread.start()
+
+        def finish() -> None:
+            thread.join()
+            res = box.get("res")
+            if res is None:
+                res = ec2io.TagResult(failed=dict.fromkeys(got, error_code(box["exc"])))
+            if res.counts.throttled or res.counts.not_found:
+                log.info(
+                    "CreateTags: %d calls for %d instances (%d throttled, %d not found yet)",
+                    res.counts.calls, len(got), res.counts.throttled, res.counts.not_found,
+                )  # fmt: skip
+            tagged = {n: iid for n, iid in got.items() if n not in res.failed}
+            if res.failed:
+                self._untagged(res.failed, got, deadline, result)
+            lost = self.claims.launched(tagged)
+            if lost:
+                ids = [tagged[n] for n in lost]
+                for n in lost:
+                    result.launched.pop(n, None)
+                log.warning("%s suspended while launching: terminating %s", compress(lost), ids)
+                self.terminate(ids)
+                self.audit("resume.cancelled", nodes=compress(lost), instances=sorted(ids))
+
+        return finish
+
+    def _untagged(
+        self, failed: dict[str, str], got: dict[str, str], deadline: float, result: ResumeResult
+    ) -> None:
+        """A node whose tag never landed: its claim is not recorded, it is failed back to
+        Slurm with the error code and its instance terminated, since suspend and the
+        reconciler find instances by that tag. Until its tag lands an instance carries only
+        the stack, cluster and launch tags."""
+        ids = [got[n] for n in failed]
+        for n in failed:
+            result.launched.pop(n, None)
         log.error(
             "node tag not set on %s within %.0fs (%s): failing them, terminating %s",
-            compress(res.failed), deadline, ",".join(sorted(set(res.failed.values()))), ids,
+            compress(failed), deadline, ",".join(sorted(set(failed.values()))), ids,
         )  # fmt: skip
-        self.audit("resume.untagged", nodes=compress(res.failed), instances=sorted(ids))
+        self.audit("resume.untagged", nodes=compress(failed), instances=sorted(ids))
         try:
             self.terminate(ids)
         except (ClientError, BotoCoreError) as exc:  # untagged: the reconciler's orphan later
             log.error("cannot terminate untagged %s: %s", ids, exc)
-        self.fail_nodes({n: f"CreateTags:{code}" for n, code in res.failed.items()})
+        self.fail_nodes({n: f"CreateTags:{code}" for n, code in failed.items()})
 
     def tell_addresses(self, node_ids: dict[str, str]) -> None:
         """Tell Slurm each node's private IP and DNS name, read until EC2 shows every instance

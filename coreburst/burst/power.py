@@ -44,6 +44,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from coreburst.burst.claims import Batch, Claims
 from coreburst.burst.config import BurstStack
+from coreburst.burst.ec2io import Deadline
 from coreburst.burst.gate import Gate
 from coreburst.burst.hostlist import HostlistError, compress, expand
 from coreburst.burst.launch import (
@@ -129,7 +130,8 @@ def read_resume_file(path: str) -> list[tuple[str, list[str]]]:
 
 
 class Power:
-    """The three programs over injected clients: ``ec2`` (boto3), ``slurm`` (scontrol).
+    """The three programs over injected clients: ``ec2`` (boto3), ``slurm`` (scontrol);
+    ``tag_client`` makes the EC2 client the node tags are written with (default ``ec2``).
     EC2 is the launcher's (coreburst/burst/launch.py), the money the gate's
     (coreburst/burst/gate.py), what Slurm reads and is told the Slurm side's
     (coreburst/burst/slurm_side.py)."""
@@ -144,6 +146,7 @@ class Power:
         spend: StateStore | None = None,
         claims: Claims | None = None,
         now: Callable[[], datetime] = lambda: datetime.now(UTC),
+        tag_client: Callable[[], Any] | None = None,
     ) -> None:
         self.stack = stack
         self.ec2 = ec2
@@ -161,7 +164,11 @@ class Power:
         self.launcher = Launcher(
             stack, ec2, slurm, audit, nodes_of=self.nodes_of, claims=lambda: self.claims,
             fail_nodes=self.side.fail_nodes, owner_tags=self.side.run_owner_tags,
+            tag_client=tag_client,
         )  # fmt: skip
+        self.side.messages = self.launcher.messages  # EC2's words, quoted where a pool is held
+        # The AWS deadline the client was given (coreburst/burst/ec2io.py), when it was.
+        self.deadline: Deadline | None = None
         # The spend gate; its guardrails state (``spend``) is opened on first use when not given.
         self.gate = Gate(
             stack, slurm, audit, now=now, nodes_of=self.nodes_of, side=self.side, store=spend
@@ -320,6 +327,13 @@ class Power:
                 code = error_code(exc)
                 log.error("%s: %s", group.label, exc)
                 result.failed.update({n: code for n in group.nodes if n not in result.launched})
+        # Slurm learns the addresses while the node tags are written (issue 33 item 5: at
+        # 1,000 nodes CreateTags' refill rate, 10/s, took ~50 s before the first address).
+        finish_tags = self.launcher.start_tagging(result)
+        try:
+            self.launcher.tell_addresses({**result.already, **result.launched})
+        finally:
+            finish_tags()
         for node, iid in result.launched.items():
             log.info("launched %s for node %s", iid, node)
         if result.launched:
@@ -329,7 +343,6 @@ class Power:
                 instances=sorted(result.launched.values()),
                 fleet_calls=result.fleet_calls,
             )
-        self.launcher.tell_addresses({**result.already, **result.launched})
         if result.launched and jobs:
             self.side.note_bursting(result, jobs)
         if result.failed:

@@ -108,6 +108,8 @@ class SlurmSide:
         self._all_jobs: dict[str, admin_comment.Job] | None = None
         self._jobs_read = False
         self._comments: dict[str, str | None] = {}
+        # error code -> EC2's message with it (the launcher's, shared by coreburst/burst/power.py)
+        self.messages: dict[str, str] = {}
 
     @property
     def claims(self) -> Claims:
@@ -349,22 +351,27 @@ class SlurmSide:
     def hold_pools(self, by_code: dict[str, list[str]]) -> set[str]:
         """Hold a pool whose launch failed so Slurm stops choosing its nodes and the jobs
         start elsewhere now (coreburst/burst/ec2errors.py): out of every (type, zone)
-        choice after capacity errors, a MAINT reservation ``coreburst-backoff-<pool>-<ms>``
-        that ends by itself after ``capacityBackoffS``; a quota or an invalid request,
+        choice after capacity errors (or a code nobody knows yet), a MAINT reservation
+        ``coreburst-backoff-<pool>-<ms>`` that ends by itself when the choices' backoff does
+        (``capacityBackoffS``; longer for a repeated unknown code); a quota or an invalid request,
         ``coreburst-protect-<pool>`` until an operator lifts it (``coreburst burst
         release-hold``). The guardrails' burst-reconcile rule tells Slack about each. Nodes
         that have an instance are left out (their jobs keep running). Returns the pools
         held."""
         wanted: dict[str, tuple[str, str]] = {}  # pool -> (reservation, why)
-        minutes = max(1, math.ceil(self.stack.settings.capacity_backoff_s / 60))
+        timed: dict[str, int] = {}  # pool -> minutes its backoff has left
         sets = {ns.cluster: ns for ns in self.nodes_of.values()}
         for code, nodes in by_code.items():
             cls = classify(code.removeprefix("CreateTags:"))
             for pool in {self.nodes_of[n].cluster for n in nodes}:
-                if cls == "capacity" and pool not in wanted:
+                # capacity, or a code nobody knows yet: timed, as long as the choices' backoff
+                if cls in ("capacity", "unknown") and pool not in wanted:
                     if not self.choices(sets[pool])[0]:
                         ms = int(self.now().timestamp() * 1000)
                         wanted[pool] = (f"{BACKOFF_PREFIX}{pool}-{ms}", code)
+                        off = self.claims.backed_off(pool).values()
+                        left = max((u for _, u in off), default=0.0) - self.claims.clock()
+                        timed[pool] = max(1, math.ceil(left / 60))
                 elif cls in ("quota", "invalid"):
                     wanted[pool] = (f"{PROTECT_PREFIX}{pool}", code)
         if not wanted:
@@ -377,12 +384,12 @@ class SlurmSide:
             ]
             if not targets:
                 continue
-            timed = resv.startswith(BACKOFF_PREFIX)
+            minutes = timed.get(pool)
             try:
                 self.slurm.scontrol(
                     "create", "reservation", f"ReservationName={resv}",
                     f"Nodes={compress(targets)}", "Users=root", "Flags=MAINT,IGNORE_JOBS",
-                    "StartTime=now", f"Duration={minutes if timed else 'UNLIMITED'}",
+                    "StartTime=now", f"Duration={minutes or 'UNLIMITED'}",
                 )  # fmt: skip
             except RuntimeError as exc:  # held already, or Slurm refused: the reconciler retries
                 log.warning("cannot hold pool %s (%s): %s", pool, resv, exc)
@@ -395,8 +402,12 @@ class SlurmSide:
                 reservation=resv,
                 code=code,
                 error_class=classify(code.removeprefix("CreateTags:")),
-                minutes=minutes if timed else None,
+                minutes=minutes,
                 nodes=compress(targets),
+                # EC2's own words for a hold only an operator lifts; an unknown code's
+                # timed holds alert only the first time (resume.alert) in a row.
+                message=self.messages.get(code.removeprefix("CreateTags:"), ""),
+                alert=classify(code.removeprefix("CreateTags:")) != "unknown",
             )
         return held
 

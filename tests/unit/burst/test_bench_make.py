@@ -34,8 +34,9 @@ def test_bench_burst_defaults_to_64_and_500_nodes() -> None:
     assert _recipe("SIZES=1000").endswith("--sizes 1000")
 
 
-def test_bench_burst_also_times_requeue_to_running() -> None:
-    """Issue 31 item 4: ``make bench-burst`` prints requeue -> running per cause."""
+def test_bench_burst_also_times_requeue_to_running_and_replays_capacity() -> None:
+    """Issue 31 item 4: ``make bench-burst`` prints requeue -> running per cause; issue 33
+    item 1: and the capacity replay's holds, backoffs and waits."""
     if shutil.which("make") is None:
         require("GNU make is not installed")
     out = subprocess.run(
@@ -46,3 +47,4 @@ def test_bench_burst_also_times_requeue_to_running() -> None:
         check=True,
     ).stdout
     assert any(x.endswith("benchmarks/requeue_restart.py") for x in out.splitlines())
+    assert any(x.endswith("benchmarks/capacity_replay.py") for x in out.splitlines())

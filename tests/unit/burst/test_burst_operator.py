@@ -103,3 +103,27 @@ def test_a_resume_in_flight_is_never_reconciled_away() -> None:
     # Once past orphan_timeout with the node still not up, the untagged one is an orphan.
     later = plan([untagged, tagged], nodes, NOW + timedelta(minutes=16), timedelta(minutes=15))
     assert [i.instance_id for i, _ in later.terminate] == ["i-new"]
+
+
+def test_a_held_pool_quotes_ec2_and_an_unknown_codes_repeats_are_told_once() -> None:
+    """Issue 33 item 1: a hold only an operator lifts quotes EC2's message; an unknown code's
+    timed holds are reported by its first ``resume.alert``, not again per hold; a lone
+    UnfulfillableCapacity backs the pool off for the reconciler too, Unsupported (one type in
+    one zone) does not."""
+    msg = "The specified launch template, with template ID lt-1, does not exist."
+    protect = _ev(
+        1, "resume.pool_held", pool="od", reservation="coreburst-protect-od", minutes=None,
+        code="InvalidLaunchTemplateId.NotFound", error_class="invalid", message=msg,
+    )  # fmt: skip
+    (h,) = holds([protect], NOW, P)
+    assert f'(EC2: "{msg}")' in h.why and h.minutes is None
+    repeat = _ev(
+        1, "resume.pool_held", pool="sp", reservation="coreburst-backoff-sp-1", minutes=20,
+        code="BrandNewCode", error_class="unknown", alert=False,
+    )  # fmt: skip
+    assert holds([repeat], NOW, P) == []
+    lone = _ev(1, "resume.failed", nodes="sp-1", code="UnfulfillableCapacity")
+    assert [h.minutes for h in holds([lone], NOW, P)] == [
+        9
+    ]  # capacityBackoffS 600 s (the default), one minute ago
+    assert holds([_ev(1, "resume.failed", nodes="sp-1", code="Unsupported")], NOW, P) == []

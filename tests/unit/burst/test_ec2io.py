@@ -269,7 +269,8 @@ def test_tag_never_landing_fails_the_node_and_leaves_an_orphan_to_the_reconciler
     assert ("update", "nodename=od-1", "state=down", reason) in slurm.calls
     assert ("update", "nodename=od-1", "state=power_down_force") in slurm.calls
     events = [e["event"] for e in _events(tmp_path)]
-    assert events.index("resume.untagged") < events.index("resume.failed")
+    # (The address was never read either: the tags are written while addresses are read.)
+    assert events[-2:] == ["resume.untagged", "resume.failed"]
     (inst,) = _truth(moto).values()
     tags = {t["Key"]: t["Value"] for t in inst["Tags"]}
     assert NODE_TAG not in tags and tags[LAUNCH_TAG_KEY].startswith("coreburst-")
@@ -339,10 +340,15 @@ def test_the_power_programs_client_retries_adaptively(
 
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    cfg = build("t", stack_dir).ec2.meta.config
+    power = build("t", stack_dir, "suspend")
+    cfg = power.ec2.meta.config
     assert cfg.retries["mode"] == "adaptive"
     assert cfg.retries["total_max_attempts"] == ec2io.MAX_ATTEMPTS
     assert cfg.max_pool_connections >= ec2io.TAG_WORKERS
+    # Issue 33 item 6: per-try timeouts and a deadline from the stack's SuspendTimeout.
+    limits = ec2io.budget("suspend", 1800, power.stack.settings.suspend_timeout)
+    assert (cfg.connect_timeout, cfg.read_timeout) == (limits.connect_s, limits.read_s)
+    assert power.deadline is not None and power.deadline.limits == limits
 
 
 def test_the_reconciler_never_takes_an_instance_still_being_named_for_an_orphan() -> None:
@@ -356,3 +362,31 @@ def test_the_reconciler_never_takes_an_instance_still_being_named_for_an_orphan(
     ]
     assert bounds.min.total_seconds() > ec2io.TAG_DEADLINE_MAX_S
     assert ec2io.deadline("tags", 100_000, 100_000) == ec2io.TAG_DEADLINE_MAX_S
+
+
+# -- issue 33 item 6: deadlines that fit Slurm's ------------------------------------------
+def test_each_program_gets_a_share_of_its_slurm_limit_and_per_try_timeouts() -> None:
+    r = ec2io.budget("resume", 1800, 120)
+    s = ec2io.budget("suspend", 1800, 120)
+    assert (r.total_s, r.connect_s, r.read_s) == (900, 10, 60)
+    assert (s.total_s, s.connect_s, s.read_s) == (96, 9.6, 32)
+    assert ec2io.budget("resume-fail", 1800, 120) == s
+    # Worst case, the last try still fits: total = deadline, one try = connect + read.
+    cfg = ec2io.client_config(limits=s)
+    assert (cfg.connect_timeout, cfg.read_timeout) == (9.6, 32)
+
+
+def test_a_spent_deadline_sends_no_try_and_says_why_in_one_line() -> None:
+    """Nothing listens on port 1: had the try been sent, the error would be a connection
+    error, not the deadline."""
+    ec2 = _client("http://127.0.0.1:1", ec2io.client_config())
+    limits = ec2io.budget("suspend", 1800, 120)
+    d = ec2io.Deadline(limits, started_s_ago=limits.total_s)
+    assert d.install(ec2) is ec2
+    with pytest.raises(ec2io.DeadlineExceeded) as err:
+        ec2.describe_instances()
+    msg = str(err.value)
+    assert "\n" not in msg and msg.startswith("EC2 (127.0.0.1:1) gave no answer within")
+    assert "deadline of 96 s (80% of SuspendTimeout=120 s; 9.6 s to connect" in msg
+    assert d.tries == 0 and d.spent == msg
+    assert ec2io.process_age_s() > 0  # this test process started before now

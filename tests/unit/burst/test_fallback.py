@@ -7,6 +7,7 @@ from a real slurmctld's resume in tests/integration/burst/test_capacity.py."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -263,13 +264,19 @@ def test_the_error_table() -> None:
     assert classify("VcpuLimitExceeded") == "quota"
     assert classify("RequestLimitExceeded") == "throttle"
     assert classify("InvalidLaunchTemplateId.NotFound") == "invalid"
-    assert classify("SomethingNew") == "invalid"  # never retried in a loop
+    assert classify("InvalidAMIID.Malformed") == "invalid"
+    assert classify("MissingParameter") == "invalid"
+    assert classify("UnauthorizedOperation") == "invalid"
+    # A lone pointer and a type not offered in a zone are capacity answers (issue 33 item 1).
+    assert classify("UnfulfillableCapacity") == "capacity"
+    assert classify("Unsupported") == "capacity"
+    assert classify("SomethingNew") == "unknown"  # backed off, growing; never held for ever
     assert resolve(["UnfulfillableCapacity", "InsufficientHostCapacity"]) == (
         "InsufficientHostCapacity"
     )
     assert resolve(["UnfulfillableCapacity"]) == "UnfulfillableCapacity"
     assert resolve([]) is None
-    assert set(ACTIONS) == {"capacity", "quota", "throttle", "invalid"}
+    assert set(ACTIONS) == {"capacity", "quota", "throttle", "invalid", "unknown"}
 
 
 class JobsSlurm(Slurm):
@@ -310,3 +317,112 @@ def test_instances_carry_the_job_user_and_account_they_were_launched_for(
     }
     assert slurm.squeue_calls == [("--json", "--states=all")]
     assert not [c for c in slurm.calls if c[:3] == ("-o", "show", "job")]
+
+
+# -- issue 33 item 1: no open-ended hold for a capacity answer ------------------------------
+# Codes and messages: EC2 API reference, "Error codes for the Amazon EC2 API"
+# (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/errors-overview.html); the answer
+# shape: CreateFleet, "Response Elements"
+# (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_CreateFleet.html).
+NO_SPOT = "There is no Spot capacity available that matches your request."
+
+
+def _errors(power: Power, errors: list[tuple[str, str, str | None, str | None]]) -> dict[str, Any]:
+    """A CreateFleet answer with no instance and these (code, message, type, zone) errors."""
+    subnets = power.subnets()
+    out = []
+    for code, message, itype, zone in errors:
+        e: dict[str, Any] = {"ErrorCode": code, "ErrorMessage": message, "Lifecycle": "spot"}
+        if itype:
+            e["LaunchTemplateAndOverrides"] = {
+                "LaunchTemplateSpecification": {"LaunchTemplateId": "lt-1", "Version": "1"},
+                "Overrides": {"InstanceType": itype, "SubnetId": subnets[str(zone)]},
+            }
+        out.append(e)
+    return {"FleetId": "fleet-1", "Errors": out, "Instances": []}
+
+
+def _events(power: Power, name: str) -> list[dict[str, Any]]:
+    lines = power.audit.path.read_text().splitlines()
+    return [e for e in map(json.loads, lines) if e["event"] == name]
+
+
+def _reservations(power: Power) -> list[tuple[str, ...]]:
+    slurm = power.slurm
+    assert isinstance(slurm, Slurm)
+    return [c for c in slurm.calls if c[:2] == ("create", "reservation")]
+
+
+def test_a_lone_unfulfillable_backs_the_spot_pool_off_for_the_backoff_not_for_ever(
+    power: Power, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = _errors(power, [("UnfulfillableCapacity", NO_SPOT, None, None)])
+    monkeypatch.setattr(power.ec2, "create_fleet", lambda **_: answer)
+    res = power.resume("sp-1", None)
+    assert res.failed == {"sp-1": "UnfulfillableCapacity"}
+    ns = next(s for s in node_sets(power.stack) if s.cluster == "sp")
+    left, off = power.choices(ns)
+    assert left == [] and set(off.values()) == {"UnfulfillableCapacity"}
+    (resv,) = _reservations(power)
+    assert any(a.startswith("ReservationName=coreburst-backoff-sp-") for a in resv)
+    assert "Duration=10" in resv  # capacityBackoffS 600 s: it ends by itself
+    assert not any("coreburst-protect" in a for a in resv)
+    (backoff,) = _events(power, "resume.backoff")
+    assert backoff["seconds"] == 600 and backoff["code"] == "UnfulfillableCapacity"
+
+
+def test_unsupported_backs_off_only_that_type_in_that_zone(
+    power: Power, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    msg = (
+        "Your requested instance type (p5e.48xlarge) is not supported in your requested "
+        "Availability Zone (us-east-1a)."
+    )
+    answer = _errors(power, [("Unsupported", msg, "p5e.48xlarge", "us-east-1a")])
+    monkeypatch.setattr(power.ec2, "create_fleet", lambda **_: answer)
+    res = power.resume("od-1", None)
+    assert res.failed == {"od-1": "Unsupported"}
+    ns = next(s for s in node_sets(power.stack) if s.cluster == "od")
+    left, off = power.choices(ns)
+    assert off == {("p5e.48xlarge", "us-east-1a"): "Unsupported"}
+    assert ("p5.48xlarge", "us-east-1a") in left and len(left) == 3
+    assert _reservations(power) == []  # the pool is not held: three choices are left
+
+
+def test_an_unknown_code_backs_off_growing_and_bounded_alerts_once_never_protects(
+    power: Power, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = _errors(power, [("BrandNewCode", "something EC2 added", None, None)])
+    monkeypatch.setattr(power.ec2, "create_fleet", lambda **_: answer)
+    clock = [1_000_000.0]
+    power.claims.clock = lambda: clock[0]
+    seconds = []
+    for _ in range(5):
+        assert power.resume("od-1", None).failed == {"od-1": "BrandNewCode"}
+        (last,) = _events(power, "resume.backoff")[-1:]
+        seconds.append(last["seconds"])
+        clock[0] += last["seconds"] + 1  # the backoff ended; EC2 says the same again
+    assert seconds == [600, 1200, 2400, 3600, 3600]  # capacityBackoffS, doubled, capped
+    (alert,) = _events(power, "resume.alert")
+    assert alert["code"] == "BrandNewCode" and alert["message"] == "something EC2 added"
+    resvs = _reservations(power)
+    assert len(resvs) == 5
+    assert all(any(a.startswith("ReservationName=coreburst-backoff-od-") for a in r) for r in resvs)
+    assert [next(a for a in r if a.startswith("Duration=")) for r in resvs] == [
+        "Duration=10", "Duration=20", "Duration=40", "Duration=60", "Duration=60",
+    ]  # fmt: skip
+    held = _events(power, "resume.pool_held")
+    assert [h["alert"] for h in held] == [False] * 5  # told once, by resume.alert
+
+
+def test_an_invalid_request_holds_the_pool_and_quotes_ec2(
+    power: Power, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    msg = "The specified launch template, with template ID lt-1, does not exist."
+    answer = _errors(power, [("InvalidLaunchTemplateId.NotFound", msg, None, None)])
+    monkeypatch.setattr(power.ec2, "create_fleet", lambda **_: answer)
+    power.resume("od-1", None)
+    (resv,) = _reservations(power)
+    assert "ReservationName=coreburst-protect-od" in resv and "Duration=UNLIMITED" in resv
+    (held,) = _events(power, "resume.pool_held")
+    assert held["message"] == msg and held["minutes"] is None

@@ -14,7 +14,6 @@ database is built from it).
 
 from __future__ import annotations
 
-import ast
 import copy
 import fnmatch
 import json
@@ -25,18 +24,16 @@ from typing import Any
 import boto3
 import botocore.session
 import pytest
-from botocore import xform_name
 from moto import mock_aws
 from parliament import analyze_policy_string, iam_definition
 from typer.testing import CliRunner
 
-import coreburst.burst.ec2io
-import coreburst.burst.launch
 from coreburst.burst.cli import app
 from coreburst.burst.config import BurstStack, load_burst_stack, parse_burst
 from coreburst.burst.iam import controller_policy, partition_of
 from coreburst.burst.power import Audit, Power
 from tests.helpers.burst import CLUSTERS, stack_map
+from tests.helpers.ec2ops import power_operations
 from tests.helpers.slurm_fakes import squeue_json
 
 ACCOUNT = "123456789012"
@@ -87,37 +84,6 @@ def _allowed(doc: dict[str, Any], action: str) -> bool:
 
 def _stmt(doc: dict[str, Any], sid: str) -> dict[str, Any]:
     return next(s for s in doc["Statement"] if s["Sid"] == sid)
-
-
-def power_operations() -> set[str]:
-    """Every EC2 operation the power programs call, read from the source of
-    coreburst/burst/launch.py (``self.ec2.<op>(...)``, ``self.ec2.get_paginator("<op>")``) and
-    coreburst/burst/ec2io.py (the same on its ``ec2`` argument), as botocore operation names."""
-    by_method = {xform_name(op): op for op in EC2_MODEL.operation_names}
-    found = set()
-    for module in (coreburst.burst.launch, coreburst.burst.ec2io):
-        tree = ast.parse(Path(str(module.__file__)).read_text(encoding="utf-8"))
-        for node in ast.walk(tree):
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
-                continue
-            target = node.func.value
-            on_self = (
-                isinstance(target, ast.Attribute)
-                and target.attr == "ec2"
-                and isinstance(target.value, ast.Name)
-                and target.value.id == "self"
-            )
-            on_arg = isinstance(target, ast.Name) and target.id == "ec2"
-            if not (on_self or on_arg):
-                continue
-            method = node.func.attr
-            if method == "get_paginator":
-                (arg,) = node.args
-                assert isinstance(arg, ast.Constant) and isinstance(arg.value, str)
-                method = arg.value
-            assert method in by_method, f"{module.__name__} calls ec2.{method}, not an EC2 op"
-            found.add(by_method[method])
-    return found
 
 
 def test_power_operations_are_found() -> None:

@@ -155,7 +155,7 @@ def test_ec2_error_sets_nodes_down_and_powers_them_down(power: Power, ec2: Any) 
         "od-2": "InsufficientInstanceCapacity",
     }
     assert isinstance(power.slurm, RecordingSlurm)
-    assert power.slurm.calls == [
+    assert power.slurm.calls[:2] == [
         (
             "update",
             "nodename=od-[1-2]",
@@ -164,6 +164,10 @@ def test_ec2_error_sets_nodes_down_and_powers_them_down(power: Power, ec2: Any) 
         ),
         ("update", "nodename=od-[1-2]", "state=power_down_force"),
     ]
+    # The pool's one choice is backed off, so the pool is held for capacityBackoffS too.
+    assert power.slurm.calls[2][:2] == ("create", "reservation")
+    assert power.slurm.calls[2][2].startswith("ReservationName=coreburst-backoff-od-")
+    assert "Duration=10" in power.slurm.calls[2]
     assert _live(ec2) == []
 
 
@@ -684,6 +688,7 @@ def test_a_sites_comment_survives_and_two_kinds_of_note_coexist(
     )
 
     ok = Power(stack, ec2, slurm, Audit(tmp_path / "a.jsonl"))
+    ok.claims.forgive("od")  # capacity is back (the backoff would keep od out meanwhile)
     assert list(ok.resume("od-1", f).launched) == ["od-1"]
     parts = _comment_now(slurm).split(" | ")
     assert parts[:2] == ["site: project=alpha  Partition=fake", "ops"]

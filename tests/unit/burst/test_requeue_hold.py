@@ -134,6 +134,12 @@ class NoClaims:
     def rows(self) -> list[tuple[str, str, str, str | None]]:
         return []
 
+    def backed_off(self, pool: str) -> dict[tuple[str, str], tuple[str, float]]:
+        return {}
+
+    def clock(self) -> float:
+        return 0.0
+
 
 def _side(stack: BurstStack, slurm: Slurm, choices_left: bool = False) -> tuple[SlurmSide, list]:
     events: list[dict[str, Any]] = []
