@@ -34,9 +34,9 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 from urllib.parse import parse_qs
+
+from coreburst.sandbox.loopback import LoopbackServer
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
@@ -155,43 +155,15 @@ class Ec2Faults:
         self._buckets: dict[str, TokenBucket] = {}
         self._born: dict[str, float] = {}
         self._lock = threading.Lock()
-        proxy = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                n = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(n) if n else b""
-                self._reply(
-                    *proxy._handle(self.command, self.path, dict(self.headers.items()), body)
-                )
-
-            def do_GET(self) -> None:
-                self.do_POST()
-
-            def _reply(self, status: int, headers: dict[str, str], body: bytes) -> None:
-                self.send_response(status)
-                for k, v in headers.items():
-                    if k.lower() not in ("content-length", "transfer-encoding", "connection"):
-                        self.send_header(k, v)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self._server = LoopbackServer(self._handle)
+        self.url = self._server.url
 
     def start(self) -> Ec2Faults:
-        self._thread.start()
+        self._server.start()
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self._server.stop()
 
     def reset(self) -> None:
         with self._lock:
