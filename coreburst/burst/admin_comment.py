@@ -50,6 +50,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from coreburst.common.slurmcmd import SlurmError, slurm_minutes, slurm_number
 
@@ -149,11 +150,9 @@ def _text(v: object) -> str | None:
     return v if isinstance(v, str) else None
 
 
-def parse_jobs(out: str) -> dict[str, Job]:
-    """Job id -> :class:`Job` for every job in ``squeue --json`` output (module docstring).
-    Output that is not JSON, has no ``jobs`` list or a job without a readable ``job_id`` is one
-    :class:`SlurmError` line: a read that may have missed a job is not a read (a job it does
-    not list is noted from an empty comment)."""
+def job_records(out: str) -> list[Any]:
+    """The ``jobs`` list of ``squeue --json`` output (every release's layout has one); output
+    that is not JSON or has no such list is one :class:`SlurmError` line."""
     try:
         doc = json.loads(out)
     except ValueError:
@@ -161,8 +160,16 @@ def parse_jobs(out: str) -> dict[str, Job]:
     jobs = doc.get("jobs") if isinstance(doc, dict) else None
     if not isinstance(jobs, list):
         raise SlurmError(f"squeue {' '.join(READ)}: no 'jobs' list in the output")
+    return jobs
+
+
+def parse_jobs(out: str) -> dict[str, Job]:
+    """Job id -> :class:`Job` for every job in ``squeue --json`` output (module docstring).
+    Output that is not JSON, has no ``jobs`` list or a job without a readable ``job_id`` is one
+    :class:`SlurmError` line: a read that may have missed a job is not a read (a job it does
+    not list is noted from an empty comment)."""
     found: dict[str, Job] = {}
-    for j in jobs:
+    for j in job_records(out):
         jid = slurm_number(j.get("job_id")) if isinstance(j, dict) else None
         if not isinstance(j, dict) or jid is None:
             raise SlurmError(f"squeue {' '.join(READ)}: a job without a job_id: {j!r:.80}")

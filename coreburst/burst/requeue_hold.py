@@ -44,13 +44,12 @@ an ``eligible_time`` still ahead (the reason changes only when the scheduler nex
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from coreburst.burst.admin_comment import READ
-from coreburst.common.slurmcmd import SlurmError, slurm_number
+from coreburst.burst.admin_comment import READ, job_records
+from coreburst.common.slurmcmd import slurm_number
 
 HOLD_REASON = "BeginTime"
 # Slurm 25.11+: a job whose expedited requeue is under way (no hold, first in the queue).
@@ -85,15 +84,8 @@ def _states(v: object) -> frozenset[str]:
 def parse_jobs(out: str) -> dict[str, JobView]:
     """Job id -> :class:`JobView` from ``squeue --json`` output; output that is not that JSON
     is one :class:`SlurmError` line (a RuntimeError)."""
-    try:
-        doc = json.loads(out)
-    except ValueError:
-        raise SlurmError(f"squeue {' '.join(READ)}: output is not JSON") from None
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list):
-        raise SlurmError(f"squeue {' '.join(READ)}: no 'jobs' list in the output")
     found: dict[str, JobView] = {}
-    for j in jobs:
+    for j in job_records(out):
         jid = slurm_number(j.get("job_id")) if isinstance(j, dict) else None
         if not isinstance(j, dict) or jid is None:
             continue
