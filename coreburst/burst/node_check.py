@@ -62,7 +62,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -70,7 +69,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Protocol
 
-from coreburst.burst import admin_comment, requeue_hold
+from coreburst.burst import admin_comment, node_gate, requeue_hold
 from coreburst.common import slurmcmd
 from coreburst.common.catalog import CatalogError, load_catalog
 from coreburst.common.slurmcmd import SlurmTools
@@ -80,7 +79,6 @@ from coreburst.onprem.parsers import (
     judge_dcgmi,
     judge_nccl,
     parse_all_reduce_perf,
-    parse_nvidia_smi_csv,
 )
 
 log = logging.getLogger("coreburst.burst.node_check")
@@ -221,24 +219,18 @@ def _exit(argv: Sequence[str], got: Output) -> ProbeFailedError:
 
 
 # -- the checks (pure: text in, one detail line out or ProbeFailedError) -------------------------
+def _gate(verdict: Callable[[], tuple[bool, str]]) -> str:
+    """A reading of node_gate.py's (the boot gate's own, one copy of it) as this module
+    words it: the detail, ``FAIL`` first when it failed."""
+    try:
+        ok, detail = verdict()
+    except node_gate.ProbeError as exc:
+        raise ProbeFailedError(str(exc)) from None
+    return detail if ok else f"FAIL {detail}"
+
+
 def judge_gpus(text: str, expect: Expect) -> str:
-    lines = [ln for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-    gpus = parse_nvidia_smi_csv("\n".join(lines))
-    if len(gpus) != len(lines):
-        raise ProbeFailedError(
-            f"nvidia-smi output not in the --query-gpu csv,noheader,nounits form "
-            f"({len(lines) - len(gpus)} of {len(lines)} lines unreadable)"
-        )
-    if len(gpus) != expect.gpus:
-        return f"FAIL {len(gpus)} GPUs, {expect.instance_type} has {expect.gpus}"
-    narrow = [
-        f"GPU{g.index} x{g.pcie_width_current} of x{g.pcie_width_max}"
-        for g in gpus
-        if g.pcie_width_current is None or g.pcie_width_current != g.pcie_width_max
-    ]
-    if narrow:
-        return "FAIL PCIe link below full width: " + ", ".join(narrow)
-    return f"{len(gpus)} GPUs at full PCIe width"
+    return _gate(lambda: node_gate.judge_gpus(text, expect.instance_type, expect.gpus))
 
 
 def parse_dcgmi_json(text: str) -> list[DiagTest]:
@@ -287,32 +279,8 @@ def judge_dcgm(text: str) -> str:
     return f"dcgmi diag -r 1: {len(tests)} results PASS"
 
 
-_FI_BLOCK = re.compile(r"^provider:\s*(\S+)\s*$")
-_FI_FIELD = re.compile(r"^\s+(\w+):\s*(\S.*?)\s*$")
-
-
 def judge_efa(text: str, expect: Expect) -> str:
-    domains: set[str] = set()
-    current: dict[str, str] | None = None
-    blocks: list[dict[str, str]] = []
-    for line in text.splitlines():
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        if m := _FI_BLOCK.match(line):
-            current = {"provider": m.group(1)}
-            blocks.append(current)
-        elif (m := _FI_FIELD.match(line)) and current is not None:
-            current[m.group(1)] = m.group(2)
-        else:
-            raise ProbeFailedError(f"fi_info output unreadable at {_one_line(line, 60)!r}")
-    if not blocks:
-        raise ProbeFailedError("fi_info printed no provider")
-    for b in blocks:
-        if b.get("provider") == "efa" and b.get("type") == "FI_EP_RDM" and "domain" in b:
-            domains.add(b["domain"])
-    if len(domains) != expect.efa:
-        return f"FAIL {len(domains)} EFA devices, {expect.instance_type} has {expect.efa}"
-    return f"{len(domains)} EFA devices"
+    return _gate(lambda: node_gate.judge_efa(text, expect.instance_type, expect.efa))
 
 
 def judge_all_reduce(text: str, min_busbw: float | None) -> str:

@@ -6,9 +6,11 @@ image's own ``python3``, so it needs no coreburst install and no network: the de
 may sit in subnets without internet. It keeps to Python 3.8 and the standard library.
 
 The counts come from the catalog at render time: ``--expect TYPE=GPUS:EFA`` per instance type
-the cluster may launch (EFA 0: no EFA interface, not probed). The probes and their reading are
-``coreburst burst node-check``'s (coreburst/burst/node_check.py); a test runs both over every
-recorded output in tests/fixtures/health and asserts the same verdicts. On failure, with
+the cluster may launch (EFA 0: no EFA interface, not probed). The probes are ``coreburst burst
+node-check``'s (coreburst/burst/node_check.py), which reads nvidia-smi and fi_info with this
+module's ``judge_gpus`` and ``judge_efa``; DCGM it reads with the on-prem parsers' thresholds,
+so a test runs both over every recorded output in tests/fixtures/health and asserts the same
+verdicts. On failure, with
 ``--node``, it asks slurmctld to set the node DOWN and power it down (the job requeues, the
 instance is ended); where scontrol cannot reach slurmctld the node just never registers.
 Then, as ``node-check --gate`` does (coreburst/burst/node_check.py ``fail_node``), it waits
