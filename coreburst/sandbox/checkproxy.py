@@ -35,15 +35,13 @@ from __future__ import annotations
 import json
 import re
 import threading
-import urllib.error
-import urllib.request
 import uuid
 from collections import Counter
 from typing import Any
 from urllib.parse import parse_qs
 from xml.sax.saxutils import escape
 
-from coreburst.sandbox.loopback import LoopbackServer
+from coreburst.sandbox.loopback import LoopbackServer, forward
 
 # Credential scope service -> the IAM prefix of its actions.
 _IAM_PREFIX = {
@@ -236,12 +234,4 @@ class CheckProxy:
     def _fetch(
         self, method: str, path: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
-        req = urllib.request.Request(self.upstream + path, data=body or None, method=method)
-        for k, v in headers.items():
-            if k.lower() not in ("host", "content-length", "connection"):
-                req.add_header(k, v)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), err.read()
+        return forward(self.upstream, method, path, headers, body)

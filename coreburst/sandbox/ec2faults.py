@@ -27,8 +27,6 @@ from __future__ import annotations
 import re
 import threading
 import time
-import urllib.error
-import urllib.request
 import uuid
 import xml.etree.ElementTree as ET
 from collections import Counter
@@ -36,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import parse_qs
 
-from coreburst.sandbox.loopback import LoopbackServer
+from coreburst.sandbox.loopback import LoopbackServer, forward
 
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
 
@@ -284,12 +282,4 @@ class Ec2Faults:
     def _fetch(
         self, method: str, path: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
-        req = urllib.request.Request(self.upstream + path, data=body or None, method=method)
-        for k, v in headers.items():
-            if k.lower() not in ("host", "content-length", "connection"):
-                req.add_header(k, v)
-        try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
-                return resp.status, dict(resp.headers), resp.read()
-        except urllib.error.HTTPError as err:
-            return err.code, dict(err.headers), err.read()
+        return forward(self.upstream, method, path, headers, body)

@@ -6,6 +6,8 @@ its own. Loopback only, a free port; ``url`` says where."""
 from __future__ import annotations
 
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -50,3 +52,18 @@ class LoopbackServer:
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+def forward(
+    upstream: str, method: str, path: str, headers: dict[str, str], body: bytes
+) -> tuple[int, dict[str, str], bytes]:
+    """The request as ``upstream`` (moto server) answers it, error statuses included."""
+    req = urllib.request.Request(upstream + path, data=body or None, method=method)
+    for k, v in headers.items():
+        if k.lower() not in ("host", "content-length", "connection"):
+            req.add_header(k, v)
+    try:
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
